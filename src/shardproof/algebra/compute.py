@@ -1,0 +1,154 @@
+"""Lemmas for computing ops, phrased over layouts.
+
+Each function pulls index vectors up through an op when that is exact (elementwise ops
+commute with selection; reductions and contractions over a fully held dim commute with
+selection of the other dims) and otherwise either builds a *partial* term (a reduction
+over a subset of a dim, to be completed by a collective) or materializes.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Sequence
+
+import numpy as np
+
+from .layout import Val, canon_vec, materialize, same_vec, shape_of, vec_array, vec_key
+from .terms import TermStore
+
+
+def _aligned(terms: TermStore, vals: list[Val], full_dims: Sequence[int] = ()) -> tuple[list[Val], tuple, tuple]:
+    """Broadcast-align operands (right-aligned, numpy rules).
+
+    Returns the operands (some materialized), the output layout and the output term
+    shape. `full_dims` (negative, right-aligned) must be held whole by every operand.
+    """
+    vals = list(vals)
+    nd = max(len(v.vecs) for v in vals)
+    for k in full_dims:
+        for i, v in enumerate(vals):
+            d = len(v.vecs) + k
+            if 0 <= d and v.vecs[d] is not None:
+                vals[i] = materialize(terms, v, [d])
+    out_vecs, out_shape = [], []
+    for k in range(nd):
+        def dim_of(v: Val):
+            d = k - (nd - len(v.vecs))
+            return d if d >= 0 else None
+        sizes = [shape_of(terms, v)[dim_of(v)] for v in vals if dim_of(v) is not None]
+        out_size = max(sizes) if sizes else 1
+        # an operand holding one element of a longer term dim, broadcast: materialize it
+        for i, v in enumerate(vals):
+            d = dim_of(v)
+            if d is not None and out_size > 1 and terms.shape(v.t)[d] > 1 and shape_of(terms, v)[d] == 1:
+                vals[i] = materialize(terms, v, [d])
+        carriers = [i for i, v in enumerate(vals) if dim_of(v) is not None and terms.shape(v.t)[dim_of(v)] > 1]
+        if carriers:
+            ref = vals[carriers[0]]
+            ref_d = dim_of(ref)
+            agree = all(
+                terms.shape(vals[i].t)[dim_of(vals[i])] == terms.shape(ref.t)[ref_d]
+                and same_vec(vals[i].vecs[dim_of(vals[i])], ref.vecs[ref_d]) for i in carriers)
+            if not agree:
+                for i in carriers:
+                    vals[i] = materialize(terms, vals[i], [dim_of(vals[i])])
+                ref = vals[carriers[0]]
+                ref_d = dim_of(ref)
+            out_vecs.append(ref.vecs[ref_d])
+            out_shape.append(terms.shape(ref.t)[ref_d])
+        else:
+            out_vecs.append(None)
+            out_shape.append(1)
+    return vals, tuple(out_vecs), tuple(out_shape)
+
+
+def elementwise(terms: TermStore, op: str, attrs: tuple, vals: list[Val], commutative: bool = False,
+                full_dims: Sequence[int] = ()) -> Val:
+    vals, vecs, shape = _aligned(terms, vals, full_dims)
+    children = tuple(v.t for v in vals)
+    if commutative:
+        children = tuple(sorted(children))
+    return Val(terms.make(op, attrs, children, shape), vecs)
+
+
+def rowwise(terms: TermStore, op: str, attrs: tuple, vals: list[Val], ndims: int,
+            out_shapes: Sequence[Sequence[int]]) -> list[Val]:
+    """Ops normalizing over the last `ndims` dims of the first operand (softmax,
+    layer/RMS norm): exact on any selection of the other dims. One term per output;
+    `out_shapes` are the outputs' (local) shapes, whose trailing dims may be reduced."""
+    vals, vecs, shape = _aligned(terms, vals, full_dims=range(-ndims, 0))
+    children = tuple(v.t for v in vals)
+    outs = []
+    for i, oshape in enumerate(out_shapes):
+        lead = len(oshape) - ndims
+        tshape = shape[len(shape) - len(oshape):len(shape) - ndims] + tuple(oshape[lead:])
+        ovecs = vecs[len(vecs) - len(oshape):len(vecs) - ndims] + (None,) * ndims
+        outs.append(Val(terms.make(op, attrs + (i,), children, tshape), ovecs))
+    return outs
+
+
+def scale(terms: TermStore, t: int, c) -> int:
+    """Multiply a term by an exact constant, folding nested scales."""
+    c = Fraction(c)
+    inner = terms[t]
+    if inner.op == "scale":
+        c *= inner.attrs[0]
+        t = inner.children[0]
+    if c == 1:
+        return t
+    return terms.make("scale", (c,), (t,), terms.shape(t))
+
+
+def _over(v: np.ndarray | None, size: int):
+    """The index set a partial reduction covers, order-free; None when it is all of it."""
+    if v is None:
+        return None
+    s = np.sort(v)
+    if len(s) == size and np.array_equal(s, np.arange(size)):
+        return None
+    return s.tobytes()
+
+
+def reduction(terms: TermStore, op: str, attrs: tuple, val: Val, dims: Sequence[int], keepdim: bool,
+              combinable: bool) -> Val:
+    """Reduce over `dims`. Over a selected subset of a dim, a combinable reduction (sum,
+    max, min) becomes a partial term that a collective can complete; others materialize."""
+    nd = len(val.vecs)
+    dims = sorted({d % nd for d in dims}) if dims else list(range(nd))
+    if not combinable:
+        val = materialize(terms, val, [d for d in dims if val.vecs[d] is not None])
+    ts = terms.shape(val.t)
+    over = tuple(_over(val.vecs[d], ts[d]) for d in dims)
+    if all(o is None for o in over):
+        over = None
+    shape, vecs = [], []
+    for d in range(nd):
+        if d in dims:
+            if keepdim:
+                shape.append(1); vecs.append(None)
+        else:
+            shape.append(ts[d]); vecs.append(val.vecs[d])
+    t = terms.make(op, (tuple(dims), keepdim, over) + attrs, (val.t,), shape)
+    return Val(t, tuple(vecs))
+
+
+def dot(terms: TermStore, a: Val, b: Val, lhs_batch: Sequence[int], rhs_batch: Sequence[int],
+        lhs_contract: Sequence[int], rhs_contract: Sequence[int]) -> Val:
+    """General contraction (XLA dot_general): out = batch dims, lhs free, rhs free.
+
+    Block-matrix lemma: a contraction over a subset of the contracted dim (both sides
+    holding the same positions) is a partial sum of the full product."""
+    pairs = list(zip(lhs_batch, rhs_batch)) + list(zip(lhs_contract, rhs_contract))
+    ash, bsh = terms.shape(a.t), terms.shape(b.t)
+    for i, j in pairs:
+        if not (ash[i] == bsh[j] and same_vec(a.vecs[i], b.vecs[j])):
+            a, b = materialize(terms, a, [i]), materialize(terms, b, [j])
+    ash, bsh = terms.shape(a.t), terms.shape(b.t)
+    over = tuple(_over(a.vecs[i], ash[i]) for i, _ in zip(lhs_contract, rhs_contract))
+    if all(o is None for o in over):
+        over = None
+    lfree = [d for d in range(len(ash)) if d not in lhs_batch and d not in lhs_contract]
+    rfree = [d for d in range(len(bsh)) if d not in rhs_batch and d not in rhs_contract]
+    shape = [ash[i] for i in lhs_batch] + [ash[i] for i in lfree] + [bsh[j] for j in rfree]
+    vecs = [a.vecs[i] for i in lhs_batch] + [a.vecs[i] for i in lfree] + [b.vecs[j] for j in rfree]
+    spec = (tuple(lhs_batch), tuple(rhs_batch), tuple(lhs_contract), tuple(rhs_contract))
+    return Val(terms.make("dot", (spec, over), (a.t, b.t), shape), tuple(vecs))

@@ -1,0 +1,281 @@
+"""Layouts: which elements of a term a tensor holds, one index vector per dimension.
+
+``Val(t, vecs)`` means ``value == term_t[np.ix_(*vecs)]``, where ``None`` stands for the
+whole dimension. Shard, Replicate, Slices and Interleaved relations are all layouts; so
+are the results of slicing, splitting, concatenating, permuting and reshaping. View ops
+move only the layout; when a layout cannot follow a view exactly, the tensor is
+*materialized* into a gather term, which is always exact (just less likely to match).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+from operator import mul
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .terms import TermStore
+
+Vec = Optional[np.ndarray]
+
+
+@dataclass(frozen=True, eq=False)
+class Val:
+    t: int
+    vecs: tuple
+
+    def key(self) -> tuple:
+        return (self.t, tuple(None if v is None else v.tobytes() for v in self.vecs))
+
+    def same(self, other: "Val") -> bool:
+        return self.key() == other.key()
+
+
+def prod(xs) -> int:
+    return reduce(mul, xs, 1)
+
+
+def full(terms: TermStore, t: int) -> Val:
+    return Val(t, (None,) * len(terms.shape(t)))
+
+
+def vec_array(v: Vec, size: int) -> np.ndarray:
+    return np.arange(size, dtype=np.int64) if v is None else v
+
+
+def canon_vec(v: np.ndarray, size: int) -> Vec:
+    """None when the vector selects the whole dimension in order."""
+    v = np.asarray(v, dtype=np.int64)
+    if len(v) == size and np.array_equal(v, np.arange(size)):
+        return None
+    return v
+
+
+def same_vec(a: Vec, b: Vec) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and np.array_equal(a, b)
+
+
+def shape_of(terms: TermStore, val: Val) -> tuple[int, ...]:
+    ts = terms.shape(val.t)
+    return tuple(ts[k] if v is None else len(v) for k, v in enumerate(val.vecs))
+
+
+def vec_key(v: Vec):
+    return None if v is None else v.tobytes()
+
+
+# ---------------------------------------------------------------- materialize
+
+def materialize(terms: TermStore, val: Val, dims: Sequence[int] | None = None) -> Val:
+    """Turn the selection on `dims` (default: all) into a gather term, exactly."""
+    dims = range(len(val.vecs)) if dims is None else dims
+    sel = [val.vecs[d] if d in dims else None for d in range(len(val.vecs))]
+    if all(v is None for v in sel):
+        return val
+    ts = terms.shape(val.t)
+    shape = [ts[d] if v is None else len(v) for d, v in enumerate(sel)]
+    t = terms.make("gather", tuple(vec_key(v) for v in sel), (val.t,), shape)
+    rest = tuple(None if d in dims else val.vecs[d] for d in range(len(val.vecs)))
+    return Val(t, rest)
+
+
+# ---------------------------------------------------------------- views
+
+def view_term(terms: TermStore, op: str, attrs: tuple, t: int, shape) -> int:
+    """A view of a term, with view chains collapsed so both programs agree."""
+    inner = terms[t]
+    if op == "reshape":
+        if tuple(shape) == inner.shape:
+            return t
+        if inner.op == "reshape":
+            return view_term(terms, "reshape", (tuple(shape),), inner.children[0], shape)
+        return terms.make("reshape", (tuple(shape),), (t,), shape)
+    if op == "permute":
+        perm = attrs[0]
+        if perm == tuple(range(len(perm))):
+            return t
+        if inner.op == "permute":
+            composed = tuple(inner.attrs[0][p] for p in perm)
+            return view_term(terms, "permute", (composed,), inner.children[0], shape)
+        return terms.make("permute", attrs, (t,), shape)
+    return terms.make(op, attrs, (t,), shape)
+
+
+def permute(terms: TermStore, val: Val, perm: Sequence[int]) -> Val:
+    perm = tuple(int(p) % len(val.vecs) for p in perm)
+    ts = terms.shape(val.t)
+    t = view_term(terms, "permute", (perm,), val.t, [ts[p] for p in perm])
+    return Val(t, tuple(val.vecs[p] for p in perm))
+
+
+def slice_(terms: TermStore, val: Val, dim: int, start, stop, step: int = 1) -> Val:
+    ts = terms.shape(val.t)
+    v = vec_array(val.vecs[dim], ts[dim])
+    new = v[slice(start, stop, step)]
+    vecs = list(val.vecs)
+    vecs[dim] = canon_vec(new, ts[dim])
+    return Val(val.t, tuple(vecs))
+
+
+def take(terms: TermStore, val: Val, dim: int, index: np.ndarray) -> Val:
+    """Select positions `index` along `dim` (index_select with a known index)."""
+    ts = terms.shape(val.t)
+    v = vec_array(val.vecs[dim], ts[dim])
+    vecs = list(val.vecs)
+    vecs[dim] = canon_vec(v[np.asarray(index, dtype=np.int64)], ts[dim])
+    return Val(val.t, tuple(vecs))
+
+
+def select(terms: TermStore, val: Val, dim: int, index: int) -> Val:
+    ts = terms.shape(val.t)
+    pos = int(vec_array(val.vecs[dim], ts[dim])[index])
+    shape = ts[:dim] + ts[dim + 1:]
+    t = terms.make("select", (dim, pos), (val.t,), shape)
+    return Val(t, val.vecs[:dim] + val.vecs[dim + 1:])
+
+
+def unsqueeze(terms: TermStore, val: Val, dim: int) -> Val:
+    ts = terms.shape(val.t)
+    dim = dim % (len(ts) + 1)
+    shape = ts[:dim] + (1,) + ts[dim:]
+    t = view_term(terms, "reshape", (shape,), val.t, shape)
+    return Val(t, val.vecs[:dim] + (None,) + val.vecs[dim:])
+
+
+def squeeze(terms: TermStore, val: Val, dims: Sequence[int]) -> Val:
+    for d in sorted((d % len(val.vecs) for d in dims), reverse=True):
+        ts = terms.shape(val.t)
+        if ts[d] == 1:
+            shape = ts[:d] + ts[d + 1:]
+            t = view_term(terms, "reshape", (shape,), val.t, shape)
+            val = Val(t, val.vecs[:d] + val.vecs[d + 1:])
+        else:
+            val = select(terms, val, d, 0)
+    return val
+
+
+def expand(terms: TermStore, val: Val, shape: Sequence[int]) -> Val:
+    shape = list(shape)
+    while len(val.vecs) < len(shape):
+        val = unsqueeze(terms, val, 0)
+    cur = shape_of(terms, val)
+    shape = [c if s == -1 else s for s, c in zip(shape, cur)]
+    if list(cur) == shape:
+        return val
+    grow = [d for d in range(len(shape)) if cur[d] != shape[d]]
+    val = materialize(terms, val, [d for d in grow if terms.shape(val.t)[d] != 1])
+    ts = list(terms.shape(val.t))
+    for d in grow:
+        ts[d] = shape[d]
+    t = terms.make("expand", (tuple(ts),), (val.t,), ts)
+    return Val(t, val.vecs)
+
+
+def _group_dims(old: Sequence[int], new: Sequence[int]):
+    """Pair up runs of old and new dims with equal products (the reshape's groups)."""
+    groups, i, j = [], 0, 0
+    while i < len(old) or j < len(new):
+        go, gn, po, pn = [], [], 1, 1
+        if i < len(old):
+            go.append(i); po *= old[i]; i += 1
+        if j < len(new):
+            gn.append(j); pn *= new[j]; j += 1
+        while po != pn:
+            if po < pn and i < len(old):
+                go.append(i); po *= old[i]; i += 1
+            elif j < len(new):
+                gn.append(j); pn *= new[j]; j += 1
+            else:
+                raise ValueError(f"cannot reshape {list(old)} to {list(new)}")
+        # absorb trailing unit dims into this group so groups stay non-empty
+        while j < len(new) and new[j] == 1 and i >= len(old):
+            gn.append(j); j += 1
+        groups.append((go, gn))
+    return groups
+
+
+def _divisors_from(n: int, lo: int) -> list[int]:
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return sorted({d for d in small + [n // d for d in small] if d >= lo})
+
+
+def _split_candidates(v: np.ndarray, b: int, total: int):
+    """Ways to write v (indices into `total`) as outer*Tb + inner with inner of length b."""
+    out = []
+    if len(v) % b:
+        return out
+    rows = v.reshape(-1, b)
+    for tb in _divisors_from(total, b):
+        u, w = rows // tb, rows % tb
+        if (u == u[:, :1]).all() and (w == w[:1, :]).all():
+            out.append((tb, u[:, 0].copy(), w[0].copy()))
+    return out
+
+
+def reshape(terms: TermStore, val: Val, new_shape: Sequence[int]) -> Val:
+    cur = shape_of(terms, val)
+    new_shape = list(new_shape)
+    if -1 in new_shape:
+        k = new_shape.index(-1)
+        new_shape[k] = prod(cur) // max(1, prod(s for s in new_shape if s != -1))
+    if list(cur) == new_shape:
+        return val
+    ts = terms.shape(val.t)
+    options: list[list[tuple[list[int], list[Vec]]]] = []
+    for go, gn in _group_dims(cur, new_shape):
+        total = prod(ts[d] for d in go)
+        merged = np.zeros(1, dtype=np.int64)
+        for d in go:
+            merged = (merged[:, None] * ts[d] + vec_array(val.vecs[d], ts[d])[None, :]).ravel()
+        # enumerate splits from the innermost new dim outwards
+        partial = [([], [], merged, total)]
+        for b in reversed([new_shape[d] for d in gn[1:]]):
+            nxt = []
+            for sizes, vecs, rem, tot in partial:
+                cands = [(1, rem, np.zeros(1, np.int64))] if b == 1 else _split_candidates(rem, b, tot)
+                for tb, u, w in cands:
+                    nxt.append(([tb] + sizes, [w] + vecs, u, tot // tb))
+            partial = nxt
+            if not partial:
+                return reshape(terms, materialize(terms, val), new_shape)
+        options.append([([tot] + sizes, [rem] + vecs) for sizes, vecs, rem, tot in partial])
+    # choose per group; prefer a combination whose term the other program already built
+    combos = [[]]
+    for opts in options:
+        combos = [c + [o] for c in combos for o in opts][:64]
+    def build(combo):
+        shape, vecs = [], []
+        for sizes, vs in combo:
+            shape += sizes
+            vecs += [canon_vec(v, s) for v, s in zip(vs, sizes)]
+        return tuple(shape), tuple(vecs)
+    built = [build(c) for c in combos]
+    for shape, vecs in built:
+        base = terms[val.t].children[0] if terms[val.t].op == "reshape" else val.t
+        if shape == ts or terms.lookup("reshape", (shape,), (base,)) is not None:
+            return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
+    shape, vecs = max(built, key=lambda sv: sv[0])  # coarsest split
+    return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
+
+
+def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:
+    """Concatenate along `dim`; pieces of one term merge into one layout."""
+    first = vals[0]
+    dim = dim % len(first.vecs)
+    same_base = all(
+        v.t == first.t and all(same_vec(v.vecs[d], first.vecs[d]) for d in range(len(v.vecs)) if d != dim)
+        for v in vals)
+    if same_base:
+        ts = terms.shape(first.t)
+        joined = np.concatenate([vec_array(v.vecs[dim], ts[dim]) for v in vals])
+        vecs = list(first.vecs)
+        vecs[dim] = canon_vec(joined, ts[dim])
+        return Val(first.t, tuple(vecs))
+    parts = [materialize(terms, v) for v in vals]
+    shapes = [terms.shape(p.t) for p in parts]
+    shape = list(shapes[0])
+    shape[dim] = sum(s[dim] for s in shapes)
+    return full(terms, terms.make("cat", (dim,), tuple(p.t for p in parts), shape))

@@ -1,0 +1,136 @@
+"""Lemmas for collectives: what the sum (max, min) of per-rank terms equals.
+
+``sum_over_ranks`` normalizes Σ_r t_r: identical terms give N·t, linear ops distribute,
+partial reductions over a partition of a dim complete to the full reduction, and
+user-declared partial inputs recombine. Anything else stays an opaque ``sum_ranks``
+term, which matches nothing in the single-device program (so the engine reports it).
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .compute import scale
+from .layout import Val, materialize, same_vec
+from .terms import TermStore
+
+# op -> which child positions a sum over ranks distributes into
+#   "all": linear in all children jointly (add, sub, views, gathers, concatenation)
+#   "one": linear in each child separately (mul, dot): the others must agree across ranks
+LINEARITY: dict[str, str] = {}
+# partial reductions whose pieces a collective of this kind completes
+COMPLETES: dict[str, str] = {"sum": "sum", "dot": "sum", "amax": "max", "amin": "min"}
+# extra pattern lemmas: (ranks' terms) -> combined term or None
+RANK_SUM_LEMMAS: list[Callable[[TermStore, list[int]], int | None]] = []
+
+
+def _covers(overs: Sequence[bytes | None], size: int, exact_partition: bool) -> bool:
+    if any(o is None for o in overs):
+        return False
+    idx = np.concatenate([np.frombuffer(o, dtype=np.int64) for o in overs])
+    if exact_partition:
+        return len(idx) == size and np.array_equal(np.sort(idx), np.arange(size))
+    return np.array_equal(np.unique(idx), np.arange(size))
+
+
+def _complete_partials(terms: TermStore, ts: list[int], kind: str) -> int | None:
+    """Pieces of one reduction over a partition (sum) or cover (max/min) of its dim."""
+    first = terms[ts[0]]
+    if COMPLETES.get(first.op) != kind:
+        return None
+    pieces = [terms[t] for t in ts]
+    if any(p.op != first.op or p.children != first.children for p in pieces):
+        return None
+    if first.op == "dot":
+        spec, _ = first.attrs
+        overs = [p.attrs[1] for p in pieces]
+        sizes = [terms.shape(first.children[0])[i] for i in spec[2]]
+        if any(p.attrs[0] != spec for p in pieces) or any(o is None for o in overs):
+            return None
+        varying = [k for k in range(len(sizes)) if len({o[k] for o in overs}) > 1]
+        if len(varying) != 1:
+            return None
+        k = varying[0]
+        if not _covers([o[k] for o in overs], sizes[k], exact_partition=True):
+            return None
+        rest = tuple(None if i == k else o for i, o in enumerate(overs[0]))
+        rest = None if all(o is None for o in rest) else rest
+        return terms.make("dot", (spec, rest), first.children, first.shape)
+    dims, keepdim, _, *extra = first.attrs
+    overs = [p.attrs[2] for p in pieces]
+    if any(p.attrs[:2] != first.attrs[:2] or tuple(p.attrs[3:]) != tuple(extra) for p in pieces):
+        return None
+    if any(o is None for o in overs):
+        return None
+    src = terms.shape(first.children[0])
+    varying = [k for k in range(len(dims)) if len({o[k] for o in overs}) > 1]
+    if len(varying) != 1:
+        return None
+    k = varying[0]
+    if not _covers([o[k] for o in overs], src[dims[k]], exact_partition=(kind == "sum")):
+        return None
+    rest = tuple(None if i == k else o for i, o in enumerate(overs[0]))
+    rest = None if all(o is None for o in rest) else rest
+    return terms.make(first.op, (dims, keepdim, rest, *extra), first.children, first.shape)
+
+
+def sum_terms(terms: TermStore, ts: list[int]) -> int:
+    n = len(ts)
+    if all(t == ts[0] for t in ts):
+        return scale(terms, ts[0], n)
+    done = _complete_partials(terms, ts, "sum")
+    if done is not None:
+        return done
+    for lemma in RANK_SUM_LEMMAS:
+        done = lemma(terms, ts)
+        if done is not None:
+            return done
+    first = terms[ts[0]]
+    same_shape = all(terms[t].op == first.op and terms[t].attrs == first.attrs
+                     and len(terms[t].children) == len(first.children) for t in ts)
+    if same_shape and first.op == "scale":
+        return scale(terms, sum_terms(terms, [terms[t].children[0] for t in ts]), first.attrs[0])
+    kind = LINEARITY.get(first.op)
+    if same_shape and kind == "all":
+        kids = tuple(sum_terms(terms, [terms[t].children[i] for t in ts]) for i in range(len(first.children)))
+        return terms.make(first.op, first.attrs, kids, first.shape)
+    if same_shape and kind == "one":
+        differing = [i for i in range(len(first.children)) if len({terms[t].children[i] for t in ts}) > 1]
+        if len(differing) == 1:
+            i = differing[0]
+            kids = list(first.children)
+            kids[i] = sum_terms(terms, [terms[t].children[i] for t in ts])
+            return terms.make(first.op, first.attrs, tuple(kids), first.shape)
+    return terms.make("sum_ranks", (), tuple(ts), first.shape)
+
+
+def extreme_terms(terms: TermStore, ts: list[int], kind: str) -> int:
+    """max or min over ranks."""
+    if all(t == ts[0] for t in ts):
+        return ts[0]
+    done = _complete_partials(terms, ts, kind)
+    if done is not None:
+        return done
+    return terms.make(f"{kind}_ranks", (), tuple(ts), terms[ts[0]].shape)
+
+
+def combine(terms: TermStore, vals: list[Val], reduce_op: str) -> Val:
+    """The value an all_reduce with `reduce_op` produces from the ranks' values."""
+    first = vals[0]
+    if not all(len(v.vecs) == len(first.vecs) and all(same_vec(a, b) for a, b in zip(v.vecs, first.vecs))
+               for v in vals):
+        vals = [materialize(terms, v) for v in vals]
+        first = vals[0]
+    ts = [v.t for v in vals]
+    op = reduce_op.lower()
+    if op == "sum":
+        t = sum_terms(terms, ts)
+    elif op == "avg":
+        t = scale(terms, sum_terms(terms, ts), Fraction(1, len(ts)))
+    elif op in ("max", "min"):
+        t = extreme_terms(terms, ts, op)
+    else:
+        t = terms.make(f"{op}_ranks", (), tuple(ts), terms[ts[0]].shape)
+    return Val(t, first.vecs)

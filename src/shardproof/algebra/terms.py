@@ -1,0 +1,77 @@
+"""Hash-consed term store shared by the single-device and distributed programs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Term:
+    op: str
+    attrs: tuple
+    children: tuple[int, ...]
+    shape: tuple[int, ...]
+
+
+class TermStore:
+    """Interns terms: structurally equal terms get the same integer id."""
+
+    def __init__(self) -> None:
+        self.terms: list[Term] = []
+        self._ids: dict[tuple, int] = {}
+
+    def make(self, op: str, attrs: tuple, children: tuple[int, ...], shape) -> int:
+        key = (op, attrs, tuple(children))
+        tid = self._ids.get(key)
+        if tid is None:
+            tid = len(self.terms)
+            self.terms.append(Term(op, attrs, tuple(children), tuple(int(s) for s in shape)))
+            self._ids[key] = tid
+        return tid
+
+    def lookup(self, op: str, attrs: tuple, children: tuple[int, ...]) -> int | None:
+        return self._ids.get((op, attrs, tuple(children)))
+
+    def __getitem__(self, tid: int) -> Term:
+        return self.terms[tid]
+
+    def shape(self, tid: int) -> tuple[int, ...]:
+        return self.terms[tid].shape
+
+    def describe(self, tid: int, depth: int = 3) -> str:
+        """Short human-readable rendering of a term, for messages."""
+        t = self.terms[tid]
+        if t.op == "input":
+            return str(t.attrs[0])
+        if depth == 0:
+            return f"{t.op}(...)"
+        kids = ", ".join(self.describe(c, depth - 1) for c in t.children)
+        shown = [a for a in t.attrs if not isinstance(a, bytes)]
+        extra = (", " + ", ".join(map(_fmt, shown))) if shown and t.op != "const" else ""
+        return f"{t.op}({kids}{extra})"
+
+
+def _fmt(a: Any) -> str:
+    if isinstance(a, Fraction):
+        return str(a)
+    return repr(a)
+
+
+def freeze(value: Any) -> Any:
+    """Make a constant argument hashable and exact (floats become Fractions)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return Fraction(value) if np.isfinite(value) else value
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    return repr(value)

@@ -1,0 +1,78 @@
+"""The Python API: capture a :class:`~shardproof.case.Case` and verify it.
+
+This is the one place that ties the layers together (capture -> relations -> engine);
+the CLI is a thin shell over it.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from .case import Case
+from .engine.result import Report
+from .engine.verify import verify_graphs
+from .ir.graph import DistributedProgram
+from .relations.infer import load_yaml, parse_spec, resolve_inputs
+from .relations.spec import RelationError, parse_relation
+
+Progress = Optional[Callable[[str], None]]
+
+
+class InputError(Exception):
+    """Bad input (exit code 3): an unloadable case, an untraceable program, bad relations."""
+
+
+def _numpy(values: dict) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().double().numpy() if v.is_floating_point() else v.detach().cpu().numpy()
+            for k, v in values.items()}
+
+
+def capture_case(case: Case, world_size: int | None = None, progress: Progress = None):
+    """Trace the single-device program and every rank; returns graphs and input values."""
+    try:
+        from .frontends import torch_capture as tc
+    except ImportError as exc:
+        raise InputError(f"capturing a live PyTorch case needs torch ({exc}); install shardproof[torch]") from None
+    world = world_size or case.world_size
+    say = progress or (lambda msg: None)
+    try:
+        say("capturing the single-device program")
+        seq = tc.capture_single(case.single, case.inputs)
+        seq_values = _numpy(tc.program_inputs(case.single, case.inputs))
+        graphs, rank_values = [], []
+        for rank in range(world):
+            say(f"capturing rank {rank} of {world}")
+            data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
+            graph, program = tc.capture_rank(case.distributed, rank, world, data)
+            graphs.append(graph)
+            rank_values.append(_numpy(tc.program_inputs(program, data)))
+    except tc.CaptureError as exc:
+        raise InputError(str(exc)) from None
+    return seq, DistributedProgram(graphs), seq_values, rank_values
+
+
+def verify_case(case: Case, world_size: int | None = None, relations: dict | None = None,
+                relations_file: str | None = None, progress: Progress = None) -> Report:
+    """Capture `case` at `world_size` (default: the case's) and verify it.
+
+    `relations` (name/glob -> relation) and a YAML `relations_file` add to and override
+    the case's own relations; inputs no one names are related by value matching."""
+    spec = parse_spec(case.relations, source=f"relations of case {case.name or '?'}")
+    spec.update(parse_spec(relations, source="relations"))
+    if relations_file:
+        spec.update(load_yaml(relations_file))
+    seq, dist, seq_values, rank_values = capture_case(case, world_size, progress)
+    bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
+                              [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
+                              spec, seq_values, rank_values)
+    expect = {}
+    for name, rel in (case.expect or {}).items():
+        if name not in seq.outputs:
+            raise RelationError(f"the expectation names output {name!r}, but the single-device program's outputs "
+                                f"are: {', '.join(seq.outputs)}")
+        expect[name] = parse_relation(rel)
+    if progress:
+        progress(f"verifying {len(dist.graphs)} ranks")
+    integer_inputs = {k: v for k, v in seq_values.items() if not np.issubdtype(v.dtype, np.floating)}
+    return verify_graphs(seq, dist, bindings, expect, examples=integer_inputs, name=case.name)

@@ -1,0 +1,33 @@
+"""A verification case: the single-device program, the per-rank program, example inputs.
+
+Case files are ordinary Python modules that define ``case(world_size=2) -> Case``.
+Programs are PyTorch modules or functions called with the inputs as keyword arguments;
+a module's parameters and buffers are inputs too, named as in ``named_parameters()``.
+Torch is only needed to *capture* a case; everything after capture is torch-free.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+
+@dataclass
+class Case:
+    single: Any
+    """The single-device program: an ``nn.Module`` or a function of the inputs."""
+    distributed: Callable[[int, int], Any]
+    """``(rank, world_size) -> program`` for each rank; uses ``torch.distributed`` collectives
+    or DTensor. A module's parameters hold that rank's shard of the single-device weights."""
+    inputs: dict[str, Any]
+    """Example data inputs by name (single-device values)."""
+    world_size: int = 2
+    dist_inputs: Optional[Callable[[int, int, dict], dict]] = None
+    """``(rank, world_size, inputs) -> that rank's data inputs``; default: the same inputs."""
+    relations: Optional[dict] = None
+    """Distributed input name (or glob) -> relation; default: inferred by value matching."""
+    expect: Optional[dict] = None
+    """Output name -> expected relation; default: each output recoverable from the ranks."""
+    name: str = ""
+    description: str = ""
+    meta: dict = field(default_factory=dict)
+    """Free-form facts for tests and the zoo (e.g. the injected bug's op and ranks)."""

@@ -1,0 +1,1 @@
+"""The engine: relation inference and proof, numerics for counterexamples, verdicts."""

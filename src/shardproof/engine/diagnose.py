@@ -1,0 +1,147 @@
+"""Turn the first broken tensor into a finding a user can act on: what was expected,
+what holds instead, a concrete counterexample, a bug class and a fix hint."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import Node
+from ..ops.registry import lookup
+from .result import Finding
+
+COLLECTIVE_PREFIX = "_c10d_functional."
+LINEAR_OPS = {"aten.add", "aten.sub", "aten.cat", "aten.stack"}
+
+
+def _src(node: Node | None) -> str | None:
+    return str(node.source) if node is not None and node.source else None
+
+
+def _counterpart(seq, node: Node, input_rels: list) -> Node | None:
+    """The single-device node computing the same op from the counterparts of the inputs."""
+    if node.op.startswith(COLLECTIVE_PREFIX) or lookup(node.op) is None:
+        return input_rels[0].seq_node if input_rels and input_rels[0] is not None else None
+    want = [rel.seq_node if rel is not None else None for rel in input_rels]
+    if not want:
+        return None
+    for s in seq.nodes:
+        if s.op == node.op and list(s.inputs) == want:
+            return s
+    for s in seq.nodes:
+        if s.op == node.op and set(s.inputs) == set(want):
+            return s
+    # The single-device program may fuse differently (addmm for mm + add): take the first
+    # tensor of the same rank that reads, or contains, what the inputs correspond to.
+    known = {w for w in want if w is not None}
+    for s in seq.nodes:
+        if s.type is not None and not isinstance(s.type, tuple) and len(s.shape) == len(node.shape) \
+                and s.op != "input" and (s in known or known & set(s.inputs)):
+            return s
+    return None
+
+
+def _window(a: np.ndarray, b: np.ndarray):
+    """A small slice around the first differing element (both arrays of equal shape)."""
+    diff = ~np.isclose(a, b, rtol=1e-6, atol=1e-6, equal_nan=True)
+    if not diff.any():
+        return None, None, None
+    first = tuple(int(i) for i in np.argwhere(diff)[0])
+    sl = tuple(slice(max(0, i - (0 if k < a.ndim - 2 else 0)), i + (1 if k < a.ndim - 2 else 2))
+               for k, i in enumerate(first))
+    return first, sl, (a[sl], b[sl])
+
+
+def _fmt_index(sl) -> str:
+    return "[" + ",".join(f"{s.start}:{s.stop}" if s.stop - s.start > 1 else f"{s.start}" for s in sl) + "]"
+
+
+def _fmt(x) -> str:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.size and np.all(np.isfinite(arr)) and np.allclose(arr, np.round(arr)):
+        arr = np.round(arr).astype(np.int64)
+        return np.array2string(arr, separator=", ")
+    return np.array2string(arr, precision=4, separator=", ", suppress_small=True)
+
+
+def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio) -> tuple[str, str]:
+    where = f" at {node.source}" if node.source else ""
+    partial_in = any(rel is not None and rel.partial == "sum" for rel in input_rels)
+    op = node.op.split(".")[-1]
+    if op in ("empty", "empty_like", "new_empty", "empty_strided"):
+        return "broken-dataflow", f"this buffer is read but never written; use the collective's result instead{where}"
+    if node.op.startswith(COLLECTIVE_PREFIX):
+        reduce_op = node.args[1] if len(node.args) > 2 and isinstance(node.args[1], str) else None
+        if op == "all_reduce" and input_rels and input_rels[0] is not None and input_rels[0].partial is None:
+            return "reduced-twice", f"the input of this all_reduce is already complete on every rank: remove the extra all_reduce{where}"
+        if reduce_op and reduce_op != "sum" and partial_in:
+            return "wrong-reduce-op", f"partial sums must be combined with reduce op 'sum', not '{reduce_op}'{where}"
+        if op in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"):
+            return "wrong-dim", f"the shards are gathered/scattered along a dim that does not match their sharding{where}"
+        return "wrong-collective", f"this collective does not produce the single-device value{where}"
+    if partial_in:
+        if node.op in LINEAR_OPS:
+            return ("partial-sum-never-reduced",
+                    f"insert all_reduce(sum) over the group on the partial-sum operand before this {op}{where}"
+                    " (or add the replicated operand only once, after the reduction)")
+        return ("nonlinearity-on-partial",
+                f"{op} is applied to a partial sum: all_reduce(sum) its input before the {op}{where}")
+    if len(ranks) < world:
+        return ("rank-specific-mismatch",
+                f"rank(s) {', '.join(map(str, ranks))} compute this differently from the others: check per-rank constants "
+                f"and shard offsets{where}")
+    if ratio is not None:
+        return ("scaling-mismatch", f"the value is {ratio:g}x the single-device value: check the scale factor{where}")
+    return "value-mismatch", f"this {op} does not compute the single-device value from its (correct) inputs{where}"
+
+
+def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in, s_env, d_envs) -> Finding:
+    from .verify import summarize
+    r = ranks[0]
+    inputs = [x for x in node.inputs if x in status[r]]
+    input_rels = [status[r].get(x) for x in inputs]
+    counterpart = _counterpart(seq, node, input_rels)
+    world = dist.world_size
+
+    expected = "Replicate()"
+    first = input_rels[0] if input_rels else None
+    if first is not None and first.positions is not None and first.partial is None:
+        peers = [status[q].get(dist.graphs[q].node(inputs[0].name)) if inputs[0].name in {n.name for n in dist.graphs[q].nodes} else None
+                 for q in range(world)]
+        if all(p is not None and p.positions is not None for p in peers):
+            expected = summarize([p.positions for p in peers], tuple(np.shape(s_env[first.seq_node])), world)
+    ref_name = counterpart.name if counterpart is not None else None
+    expected_text = f"{expected} of single-device {ref_name}" if ref_name else expected
+
+    cex, ratio = None, None
+    d_val = np.asarray(d_envs[r].get(node), dtype=np.float64) if node in d_envs[r] else None
+    if counterpart is not None and d_val is not None:
+        s_val = np.asarray(s_env[counterpart], dtype=np.float64)
+        local = s_val
+        if first is not None and first.positions is not None and len(first.positions) == s_val.ndim:
+            idx = np.ix_(*[np.arange(s) if p is None else p for s, p in zip(s_val.shape, first.positions)]) if s_val.ndim else ()
+            cand = s_val[idx] if s_val.ndim else s_val
+            if cand.shape == d_val.shape:
+                local = cand
+        if local.shape == d_val.shape:
+            at, sl, pair = _window(local, d_val)
+            if at is not None:
+                with np.errstate(all="ignore"):
+                    q = d_val / local
+                finite = np.isfinite(q) & (local != 0)
+                if finite.any() and np.allclose(q[finite], q[finite].flat[0]) and not np.isclose(q[finite].flat[0], 1):
+                    ratio = float(q[finite].flat[0])
+                cex = {
+                    "inputs": {k: _fmt(v.reshape(-1)[:6]) + (" ..." if v.size > 6 else "") for k, v in list(s_in.items())[:6]},
+                    "index": _fmt_index(sl),
+                    "single_device": _fmt(pair[0]),
+                    "distributed": _fmt(pair[1]),
+                    "rank": r,
+                    "text": f"single-device {ref_name}{_fmt_index(sl)} = {_fmt(pair[0])}; rank {r} holds {_fmt(pair[1])}",
+                }
+    kind, hint = _classify(node, input_rels, ranks, world, ratio)
+    rels_text = ", ".join(
+        f"{x.name}: " + ("unrelated" if rel is None else (f'Partial("{rel.partial}") of {rel.seq_node.name}' if rel.partial
+                                                          else f"held from {rel.seq_node.name}"))
+        for x, rel in zip(inputs, input_rels))
+    message = (f"{node.name} = {node.op}(...) on rank(s) {', '.join(map(str, ranks))} is not related to any single-device "
+               f"tensor" + (f" (expected {expected_text})" if ref_name else "") + f"; its inputs: {rels_text or 'none'}")
+    return Finding(kind, ranks, node.name, node.op, _src(node), expected_text, "none", message, hint, cex)

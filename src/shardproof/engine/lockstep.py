@@ -1,0 +1,99 @@
+"""Run every rank's graph in lockstep: collectives are matched in program order per
+group, as a real process group would match them. Used for both the symbolic
+interpretation and the numeric evaluation."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..ir.graph import Graph, Node
+from ..ops.registry import lookup
+
+
+@dataclass
+class CollectiveMismatch:
+    """Ranks that blocked on collectives that do not pair up (a hang or a silent mix-up)."""
+
+    ranks: list[int]
+    nodes: list[Node]
+    message: str
+
+
+@dataclass
+class LockstepResult:
+    envs: list[dict]
+    mismatch: CollectiveMismatch | None = None
+    order: list[tuple[int, Node]] = field(default_factory=list)
+
+
+def resolve(value, env: dict):
+    if isinstance(value, Node):
+        return env[value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(resolve(v, env) for v in value)
+    return value
+
+
+def is_collective(node: Node) -> bool:
+    opdef = lookup(node.op)
+    return bool(opdef and opdef.collective)
+
+
+def run_lockstep(graphs: list[Graph], eval_node: Callable[[int, Node, dict], Any],
+                 eval_collective: Callable[[list[Node], list[tuple]], list]) -> LockstepResult:
+    """`eval_node(rank, node, env)` computes a local op; `eval_collective(nodes, args)`
+    computes one matched collective from each member's resolved arguments."""
+    envs: list[dict] = [dict() for _ in graphs]
+    order: list[tuple[int, Node]] = []
+
+    def rank_program(r: int):
+        env = envs[r]
+        for node in graphs[r].nodes:
+            if is_collective(node):
+                env[node] = yield node, resolve(node.args, env)
+            else:
+                env[node] = eval_node(r, node, env)
+            order.append((r, node))
+
+    gens = [rank_program(r) for r in range(len(graphs))]
+    pending: dict[int, tuple[Node, tuple]] = {}
+
+    def advance(r: int, send=None):
+        try:
+            pending[r] = gens[r].send(send) if send is not None or r in started else next(gens[r])
+        except StopIteration:
+            pending.pop(r, None)
+        started.add(r)
+
+    started: set[int] = set()
+    for r in range(len(graphs)):
+        advance(r)
+    while pending:
+        progressed = False
+        for r in sorted(pending):
+            if r not in pending:
+                continue
+            node, _ = pending[r]
+            group = tuple(node.args[-1])
+            if r not in group:
+                return LockstepResult(envs, CollectiveMismatch([r], [node], f"rank {r} calls a collective on group {list(group)} that does not contain it"), order)
+            if not all(g in pending and tuple(pending[g][0].args[-1]) == group for g in group):
+                continue
+            members = [pending[g] for g in group]
+            ops = {m[0].op for m in members}
+            consts = {repr([a for a in m[1][1:-1]]) for m in members}
+            if len(ops) > 1 or len(consts) > 1:
+                return LockstepResult(envs, CollectiveMismatch(list(group), [m[0] for m in members],
+                                      "ranks " + ", ".join(f"{g}: {m[0].op.split('.')[-1]}{list(m[1][1:-1])}" for g, m in zip(group, members))
+                                      + " meet at the same point with different collectives"), order)
+            outs = eval_collective([m[0] for m in members], [m[1] for m in members])
+            for g, out in zip(group, outs):
+                pending.pop(g)
+                advance(g, out if out is not None else 0)
+            progressed = True
+        if not progressed:
+            blocked = sorted(pending)
+            return LockstepResult(envs, CollectiveMismatch(blocked, [pending[r][0] for r in blocked],
+                                  "collectives never complete (deadlock): " + ", ".join(
+                                      f"rank {r} waits in {pending[r][0].name} on group {list(pending[r][0].args[-1])}" for r in blocked)), order)
+    return LockstepResult(envs, None, order)

@@ -1,0 +1,42 @@
+"""Reference numerics of both programs (numpy, float64), for counterexamples and for
+confirming that a failed proof is a real difference. Never used to prove equality."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import DistributedProgram, Graph, Node
+from ..ops.registry import lookup
+from .lockstep import resolve, run_lockstep
+
+
+class NumericError(RuntimeError):
+    pass
+
+
+def _eval_node(inputs: dict):
+    def run(rank: int, node: Node, env: dict):
+        if node.op == "input":
+            return inputs[node.name]
+        if node.op == "constant":
+            return node.kwargs["value"]
+        opdef = lookup(node.op)
+        if opdef is None:
+            raise NumericError(f"no numerics for {node.op}")
+        args = resolve(node.args, env)
+        kwargs = {k: resolve(v, env) for k, v in node.kwargs.items()}
+        with np.errstate(all="ignore"):
+            return opdef.numerics(*args, **kwargs)
+    return run
+
+
+def _eval_collective(nodes, args):
+    opdef = lookup(nodes[0].op)
+    return opdef.numerics([a[0] for a in args], *args[0][1:])
+
+
+def evaluate(seq: Graph, dist: DistributedProgram, seq_inputs: dict, dist_inputs: list[dict]):
+    """Returns (single-device env, [per-rank env]); envs map nodes to values."""
+    s = run_lockstep([seq], _eval_node(seq_inputs), lambda n, a: [None])
+    runners = [_eval_node(dist_inputs[r]) for r in range(dist.world_size)]
+    d = run_lockstep(dist.graphs, lambda r, n, env: runners[r](r, n, env), _eval_collective)
+    return s.envs[0], d.envs

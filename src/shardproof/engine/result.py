@@ -1,0 +1,53 @@
+"""The verdict and its findings: the contract the CLI, JSON and HTML reports render."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Finding:
+    kind: str
+    rank: list[int]
+    node: str
+    op: str
+    source: str | None
+    expected: str
+    actual: str
+    message: str
+    hint: str = ""
+    counterexample: dict | None = None
+
+
+@dataclass
+class OutputCheck:
+    name: str
+    expected: str
+    holds: str | None  # the relation that was proved, None when none was
+
+    @property
+    def ok(self) -> bool:
+        return self.holds is not None
+
+
+@dataclass
+class Report:
+    status: str  # verified | violation | unknown
+    world_size: int
+    findings: list[Finding] = field(default_factory=list)
+    outputs: list[OutputCheck] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+    relations: dict[str, str] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    strength: str | None = None
+    name: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return {"verified": 0, "violation": 1, "unknown": 2}[self.status]
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["outputs"] = [dict(asdict(o), ok=o.ok) for o in self.outputs]
+        return d

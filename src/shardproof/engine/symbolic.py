@@ -1,0 +1,88 @@
+"""Symbolic interpretation: every tensor of both programs becomes ``term[layout]``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..algebra.layout import Val, full
+from ..algebra.terms import TermStore
+from ..ir.graph import DistributedProgram, Graph, Node
+from ..ops.registry import RuleCtx, lookup
+from .lockstep import CollectiveMismatch, resolve, run_lockstep
+
+
+@dataclass
+class Unsupported:
+    rank: int | None  # None: the single-device program
+    node: Node
+    reason: str
+
+
+@dataclass
+class SymbolicRun:
+    terms: TermStore
+    seq: dict
+    dist: list[dict]
+    unsupported: list[Unsupported] = field(default_factory=list)
+    mismatch: CollectiveMismatch | None = None
+
+
+def _opaque(terms: TermStore, node: Node, rank) -> object:
+    def one(ty, i):
+        t = terms.make("opaque", (node.op, node.name, rank, i), (), ty.shape)
+        return full(terms, t)
+    if isinstance(node.type, tuple):
+        return tuple(one(ty, i) for i, ty in enumerate(node.type))
+    if node.type is None:
+        return None
+    return one(node.type, 0)
+
+
+def _evaluator(terms: TermStore, inputs: dict[str, Val], unsupported: list, world: int, label):
+    def eval_node(rank: int, node: Node, env: dict):
+        who = None if label == "seq" else rank
+        if node.op == "input":
+            return inputs[node.name]
+        if node.op == "constant":
+            return node.kwargs["value"] if node.type is None else _const(terms, node)
+        opdef = lookup(node.op)
+        if opdef is None:
+            unsupported.append(Unsupported(who, node, f"no rule for op {node.op}"))
+            return _opaque(terms, node, who)
+        args = resolve(node.args, env)
+        kwargs = {k: resolve(v, env) for k, v in node.kwargs.items()}
+        ctx = RuleCtx(terms, node, rank, world)
+        try:
+            return opdef.rule(ctx, *args, **kwargs)
+        except Exception as exc:  # a rule that cannot handle these arguments: say so, never guess
+            unsupported.append(Unsupported(who, node, f"rule for {node.op} failed: {type(exc).__name__}: {exc}"))
+            return _opaque(terms, node, who)
+    return eval_node
+
+
+def _const(terms: TermStore, node: Node) -> Val:
+    import numpy as np
+    value = np.asarray(node.kwargs["value"])
+    t = terms.make("const", (value.dtype.str, value.shape, value.tobytes()), (), value.shape)
+    return full(terms, t)
+
+
+def interpret(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, Val],
+              dist_inputs: list[dict[str, Val]], terms: TermStore) -> SymbolicRun:
+    unsupported: list[Unsupported] = []
+    seq_run = run_lockstep([seq], _evaluator(terms, seq_inputs, unsupported, 1, "seq"),
+                           lambda nodes, args: [None])
+    world = dist.world_size
+
+    def eval_collective(nodes, args):
+        opdef = lookup(nodes[0].op)
+        ctx = RuleCtx(terms, nodes[0], 0, world)
+        vals = [a[0] for a in args]
+        try:
+            return opdef.rule(ctx, vals, *args[0][1:])
+        except Exception as exc:
+            unsupported.append(Unsupported(None, nodes[0], f"rule for {nodes[0].op} failed: {exc}"))
+            return [_opaque(terms, n, i) for i, n in enumerate(nodes)]
+
+    evals = [_evaluator(terms, dist_inputs[r], unsupported, world, "dist") for r in range(world)]
+    dist_run = run_lockstep(dist.graphs, lambda r, n, env: evals[r](r, n, env), eval_collective)
+    return SymbolicRun(terms, seq_run.envs[0], dist_run.envs, unsupported, dist_run.mismatch)

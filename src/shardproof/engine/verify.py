@@ -1,0 +1,465 @@
+"""Verification of a distributed program against a single-device program.
+
+1. Interpret both programs symbolically (``symbolic``): every tensor becomes
+   ``term[layout]`` over the single-device inputs, under the input relations.
+2. Each expected output relation holds iff the distributed output's term is the
+   single-device output's term and its layouts are the expected ones: a proof.
+3. Otherwise evaluate both programs numerically: a difference is a violation, localized
+   to the first distributed tensor whose relation to the single-device program breaks;
+   no difference means the rules could not decide (unknown), never "verified".
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..algebra.layout import Val, full, vec_array
+from ..algebra.ranks import combine
+from ..algebra.terms import TermStore
+from ..ir.graph import DistributedProgram, Graph, Node
+from ..relations.infer import InputRelation
+from ..relations.spec import Ignore, Partial, Relation, RelationError, Replicate, Shard, Slices, chunk_bounds
+from .numeric import NumericError, evaluate
+from .result import Finding, OutputCheck, Report
+from .symbolic import SymbolicRun, interpret
+
+ASSUMPTIONS = [
+    "real arithmetic: floating-point rounding and summation order are not modelled",
+    "dtype casts preserve value (precision differences are not proof obligations)",
+    "random ops (dropout) draw the same randomness for corresponding elements",
+    "uninitialized (empty) buffers carry no value",
+]
+CREATION_OPS = {"aten.full", "aten.zeros", "aten.ones", "aten.arange", "aten.scalar_tensor", "aten.zeros_like",
+                "aten.ones_like", "aten.full_like", "aten.new_zeros", "aten.new_ones", "constant"}
+
+
+# ---------------------------------------------------------------- relations of tensors
+
+@dataclass
+class Related:
+    seq_node: Node
+    positions: Optional[list]  # per dim: positions in the single-device tensor (None = all); None for Partial
+    partial: Optional[str] = None
+
+    def describe(self) -> str:
+        return f'Partial("{self.partial}")' if self.partial else "held"
+
+
+def _tensor_vals(value) -> list:
+    if isinstance(value, Val):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [v for v in value if isinstance(v, Val)]
+    return []
+
+
+def positions_in(terms: TermStore, sval: Val, dval: Val) -> Optional[list]:
+    """Where `dval`'s elements sit inside `sval` (same term), per dim; None if not inside."""
+    ts = terms.shape(sval.t)
+    out = []
+    for d in range(len(ts)):
+        s_idx, d_idx = vec_array(sval.vecs[d], ts[d]), vec_array(dval.vecs[d], ts[d])
+        if sval.vecs[d] is None and dval.vecs[d] is None:
+            out.append(None)
+            continue
+        inv = np.full(ts[d], -1, dtype=np.int64)
+        inv[s_idx] = np.arange(len(s_idx))
+        pos = inv[d_idx]
+        if (pos < 0).any():
+            return None
+        out.append(None if len(pos) == len(s_idx) and np.array_equal(pos, np.arange(len(s_idx))) else pos)
+    return out
+
+
+class Relater:
+    """Answers "which single-device tensor does this distributed value equal, and how"."""
+
+    def __init__(self, terms: TermStore, seq: Graph, seq_env: dict):
+        self.terms = terms
+        self.by_term: dict[int, list[tuple[Node, Val]]] = {}
+        vals = [(node, v) for node in seq.nodes for v in _tensor_vals(seq_env.get(node))]
+        for node, v in vals:
+            self.by_term.setdefault(v.t, []).append((node, v))
+        # Values the single-device program computes inside a fused op (the matmul inside
+        # addmm, ...) are legitimate intermediates of the distributed program too.
+        for node, v in vals:
+            stack = list(terms[v.t].children)
+            while stack:
+                t = stack.pop()
+                if t in self.by_term:
+                    continue
+                self.by_term[t] = [(node, full(terms, t))]
+                stack.extend(terms[t].children)
+
+    def direct(self, dval) -> Optional[Related]:
+        if not isinstance(dval, Val):
+            return None
+        best = None
+        for node, sval in self.by_term.get(dval.t, ()):
+            pos = positions_in(self.terms, sval, dval)
+            if pos is not None:
+                rel = Related(node, pos)
+                if all(p is None for p in pos):
+                    return rel
+                best = best or rel
+        return best
+
+    def partial(self, dvals: list) -> Optional[Related]:
+        if len(dvals) < 2 or not all(isinstance(v, Val) for v in dvals):
+            return None
+        if all(v.same(dvals[0]) for v in dvals):
+            return None
+        for op in ("sum", "max"):
+            try:
+                whole = combine(self.terms, dvals, op)
+            except Exception:
+                return None
+            rel = self.direct(whole)
+            if rel is not None:
+                return Related(rel.seq_node, None, op)
+        return None
+
+
+def summarize(positions_by_rank: list[list], shape: tuple, world: int) -> str:
+    """Name the relation a set of per-rank positions forms (Replicate, Shard, Slices, ...)."""
+    if all(all(p is None for p in pos) for pos in positions_by_rank):
+        return "Replicate()"
+    dims = {d for pos in positions_by_rank for d, p in enumerate(pos) if p is not None}
+    if len(dims) == 1:
+        d = dims.pop()
+        ranges = {}
+        for r, pos in enumerate(positions_by_rank):
+            p = pos[d]
+            if p is None:
+                ranges[r] = (0, shape[d])
+            elif len(p) and np.array_equal(p, np.arange(p[0], p[0] + len(p))):
+                ranges[r] = (int(p[0]), int(p[0] + len(p)))
+            else:
+                return f"Gathered(dim={d})"
+        if all(ranges[r] == chunk_bounds(shape[d], world, r) for r in ranges):
+            return f"Shard({d})"
+        return str(Slices(d, ranges))
+    return "Gathered(" + ", ".join(f"dim={d}" for d in sorted(dims)) + ")"
+
+
+# ---------------------------------------------------------------- inputs
+
+def _input_vals(terms: TermStore, seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation]):
+    seq_vals = {n.name: full(terms, terms.make("input", (n.name,), (), n.shape)) for n in seq.inputs}
+    seq_shapes = {n.name: n.shape for n in seq.inputs}
+    per_rank = []
+    for r, g in enumerate(dist.graphs):
+        vals = {}
+        for n in g.inputs:
+            b = bindings.get(n.name)
+            if b is None:
+                raise RelationError(f"distributed input {n.name!r} (rank {r}) has no relation to a single-device "
+                                    f"input; give one in the relations (e.g. {n.name}: Replicate()) or mark it Ignore()")
+            if isinstance(b.relation, Ignore):
+                t = terms.make("ignored", (n.name, r), (), n.shape)
+                vals[n.name] = full(terms, t)
+                continue
+            if b.seq_name not in seq_vals:
+                raise RelationError(f"relation for {n.name!r} names single-device input {b.seq_name!r}, which does "
+                                    f"not exist (inputs are: {', '.join(sorted(seq_vals)) or 'none'})")
+            sval, sshape = seq_vals[b.seq_name], seq_shapes[b.seq_name]
+            if isinstance(b.relation, Partial):
+                if tuple(n.shape) != tuple(sshape):
+                    raise RelationError(f"{n.name!r} is Partial of {b.seq_name!r} but their shapes differ: "
+                                        f"{list(n.shape)} vs {list(sshape)}")
+                t = terms.make("partial_input", (b.relation.op, r, dist.world_size), (sval.t,), sshape)
+                vals[n.name] = full(terms, t)
+                continue
+            vecs = b.relation.layout(sshape, r, dist.world_size)
+            local = tuple(s if v is None else len(v) for s, v in zip(sshape, vecs))
+            if local != tuple(n.shape):
+                raise RelationError(f"{n.name!r} on rank {r} has shape {list(n.shape)}, but {b.relation} of "
+                                    f"{b.seq_name!r} (shape {list(sshape)}) over {dist.world_size} ranks gives "
+                                    f"{list(local)}: the shapes cannot match")
+            vals[n.name] = Val(sval.t, tuple(vecs))
+        per_rank.append(vals)
+    return seq_vals, per_rank
+
+
+def _partial_input_lemma(terms: TermStore, ts: list[int]):
+    first = terms[ts[0]]
+    if first.op != "partial_input" or first.attrs[0] not in ("sum", "avg"):
+        return None
+    if [terms[t].attrs[1] for t in ts] != list(range(len(ts))) or any(terms[t].children != first.children for t in ts):
+        return None
+    from ..algebra.compute import scale
+    return first.children[0] if first.attrs[0] == "sum" else scale(terms, first.children[0], len(ts))
+
+
+def numeric_inputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
+                   examples: dict | None, seed: int = 0):
+    """Single-device inputs (examples, else small integers) and each rank's inputs derived
+    through the relations, so both programs see corresponding values."""
+    rng = np.random.default_rng(seed)
+    seq_in = {}
+    for n in seq.inputs:
+        if examples and n.name in examples:
+            seq_in[n.name] = np.asarray(examples[n.name])
+        elif n.type.dtype.startswith(("i", "u", "b")) or n.type.dtype in ("bool",):
+            seq_in[n.name] = rng.integers(0, 2, size=n.shape)
+        else:
+            seq_in[n.name] = rng.integers(-2, 3, size=n.shape).astype(np.float64)
+    per_rank = []
+    partial_splits: dict[str, list] = {}
+    for r, g in enumerate(dist.graphs):
+        vals = {}
+        for n in g.inputs:
+            b = bindings[n.name]
+            if isinstance(b.relation, Ignore):
+                vals[n.name] = rng.integers(-2, 3, size=n.shape).astype(np.float64)
+            elif isinstance(b.relation, Partial):
+                if n.name not in partial_splits:
+                    x = seq_in[b.seq_name].astype(np.float64)
+                    parts = [rng.integers(-2, 3, size=x.shape).astype(np.float64) for _ in range(dist.world_size - 1)]
+                    whole = x * (dist.world_size if b.relation.op == "avg" else 1)
+                    partial_splits[n.name] = parts + [whole - sum(parts)]
+                vals[n.name] = partial_splits[n.name][r]
+            else:
+                x = seq_in[b.seq_name]
+                vecs = b.relation.layout(x.shape, r, dist.world_size)
+                vals[n.name] = x[np.ix_(*[np.arange(s) if v is None else v for s, v in zip(x.shape, vecs)])] if x.ndim else x
+        per_rank.append(vals)
+    return seq_in, per_rank
+
+
+# ---------------------------------------------------------------- verification
+
+def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
+                  expect: dict[str, Relation | None] | None = None, examples: dict | None = None,
+                  name: str = "") -> Report:
+    from ..algebra import ranks as ranks_mod
+    if _partial_input_lemma not in ranks_mod.RANK_SUM_LEMMAS:
+        ranks_mod.RANK_SUM_LEMMAS.append(_partial_input_lemma)
+    t0 = time.perf_counter()
+    world = dist.world_size
+    terms = TermStore()
+    seq_in, dist_in = _input_vals(terms, seq, dist, bindings)
+    run = interpret(seq, dist, seq_in, dist_in, terms)
+    relater = Relater(terms, seq, run.seq)
+    report = Report("unknown", world, assumptions=list(ASSUMPTIONS), name=name,
+                    relations={k: str(b) for k, b in bindings.items()})
+    report.stats = {"nodes_seq": len(seq.nodes), "nodes_dist": sum(len(g.nodes) for g in dist.graphs),
+                    "terms": len(terms.terms)}
+    expect = expect or {}
+    checks, broken = _check_outputs(run, relater, seq, dist, expect)
+    report.outputs = checks
+
+    def finish(status: str, **kw) -> Report:
+        report.status = status
+        for k, v in kw.items():
+            setattr(report, k, v)
+        report.stats["seconds"] = round(time.perf_counter() - t0, 4)
+        return report
+
+    if run.mismatch is not None:
+        m = run.mismatch
+        n = m.nodes[0]
+        report.findings.append(Finding("collective-mismatch", m.ranks, n.name, n.op, _src(n), "matching collectives",
+                                       "mismatched", m.message,
+                                       "make every rank of the group issue the same collectives in the same order"))
+        return finish("violation")
+    if run.unsupported:
+        u = run.unsupported[0]
+        where = "single-device program" if u.rank is None else f"rank {u.rank}"
+        return finish("unknown", reason=f"{u.reason} at node {u.node.name} ({where}"
+                      + (f", {u.node.source}" if u.node.source else "") + "); the engine cannot reason past it")
+    if not broken:
+        return finish("verified", strength="proof")
+
+    # The rules did not prove it: look for numeric evidence of a real difference.
+    try:
+        s_in, d_in = numeric_inputs(seq, dist, bindings, examples)
+        s_env, d_envs = evaluate(seq, dist, s_in, d_in)
+    except (NumericError, Exception) as exc:  # numerics unavailable: cannot confirm a violation
+        return finish("unknown", reason=f"no proof for output(s) {', '.join(broken)}, and the programs could not "
+                                        f"be evaluated numerically to confirm a difference ({exc})")
+    differing = [o for o in broken if _output_differs(seq, dist, o, expect.get(o), s_env, d_envs)]
+    if not differing:
+        first = _localize(run, relater, seq, dist, broken)
+        where = f" (relations stop at node {first[0].name}, op {first[0].op})" if first else ""
+        return finish("unknown", reason=f"could not prove output(s) {', '.join(broken)}{where}; a numeric test on "
+                                        f"random inputs shows no difference, so this may be a missing lemma")
+    report.findings = _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs)
+    return finish("violation")
+
+
+def _src(node: Node) -> str | None:
+    return str(node.source) if node.source else None
+
+
+def _output_nodes(seq: Graph, dist: DistributedProgram):
+    for name, snode in seq.outputs.items():
+        dnodes = [g.outputs.get(name) for g in dist.graphs]
+        yield name, snode, dnodes
+
+
+def _check_outputs(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, expect: dict):
+    checks, broken = [], []
+    world = dist.world_size
+    for name, snode, dnodes in _output_nodes(seq, dist):
+        exp = expect.get(name)
+        exp_s = str(exp) if exp is not None else "recoverable (Replicate, Shard, Slices or Partial)"
+        holds = None
+        if all(d is not None for d in dnodes) and run.mismatch is None:
+            dvals = [run.dist[r].get(d) for r, d in enumerate(dnodes)]
+            sval = run.seq.get(snode)
+            holds = _relation_holding(run.terms, relater, snode, sval, dvals, exp, world)
+        checks.append(OutputCheck(name, exp_s, holds))
+        if holds is None:
+            broken.append(name)
+    return checks, broken
+
+
+def _relation_holding(terms, relater, snode, sval, dvals, exp, world) -> Optional[str]:
+    if not isinstance(sval, Val) or not all(isinstance(v, Val) for v in dvals):
+        return None
+    if isinstance(exp, Partial) or exp is None:
+        same = all(v.same(dvals[0]) for v in dvals)
+        if not same:
+            p = relater.partial(dvals)
+            if p is not None and p.seq_node is snode and (exp is None or exp.op == p.partial):
+                return f'Partial("{p.partial}")'
+        if isinstance(exp, Partial):
+            return None
+    per_rank = []
+    for v in dvals:
+        if v.t != sval.t:
+            return None
+        pos = positions_in(terms, sval, v)
+        if pos is None:
+            return None
+        per_rank.append(pos)
+    shape = tuple(terms.shape(sval.t)[d] if sval.vecs[d] is None else len(sval.vecs[d]) for d in range(len(sval.vecs)))
+    if exp is None:
+        covered = np.zeros(shape, dtype=bool) if np.prod(shape) <= 1 << 24 else None
+        if covered is not None:
+            for pos in per_rank:
+                covered[np.ix_(*[np.arange(s) if p is None else p for s, p in zip(shape, pos)])] = True
+            if not covered.all():
+                return None
+        return summarize(per_rank, shape, world)
+    for r, pos in enumerate(per_rank):
+        want = exp.layout(shape, r, world)
+        if want is None:
+            return None
+        for p, w, s in zip(pos, want, shape):
+            if not np.array_equal(np.arange(s) if p is None else p, np.arange(s) if w is None else w):
+                return None
+    return str(exp)
+
+
+def _expected_local(s_val: np.ndarray, exp: Relation | None, rank: int, world: int, like: np.ndarray):
+    if exp is None or isinstance(exp, Partial):
+        exp = Replicate() if s_val.shape == like.shape else Shard(0)
+    vecs = exp.layout(s_val.shape, rank, world)
+    if vecs is None:
+        return s_val
+    return s_val[np.ix_(*[np.arange(s) if v is None else v for s, v in zip(s_val.shape, vecs)])] if s_val.ndim else s_val
+
+
+def _close(a, b) -> bool:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return False
+    both_nan = np.isnan(a) & np.isnan(b)
+    return bool(np.all(both_nan | np.isclose(a, b, rtol=1e-6, atol=1e-6)))
+
+
+def _output_differs(seq, dist, name, exp, s_env, d_envs) -> bool:
+    snode = seq.outputs[name]
+    s_val = np.asarray(s_env[snode], dtype=np.float64)
+    dnodes = [g.outputs.get(name) for g in dist.graphs]
+    if any(d is None or d not in d_envs[r] for r, d in enumerate(dnodes)):
+        return True
+    vals = [np.asarray(d_envs[r][d], dtype=np.float64) for r, d in enumerate(dnodes)]
+    if isinstance(exp, Partial) or (exp is None and all(v.shape == s_val.shape for v in vals)
+                                    and not all(_close(v, s_val) for v in vals)):
+        total = {"sum": np.sum, "avg": np.mean, "max": np.max, "min": np.min}[exp.op if exp else "sum"](np.stack(vals), 0)
+        if _close(total, s_val):
+            return False
+        if isinstance(exp, Partial):
+            return True
+    if exp is None and all(v.shape == s_val.shape for v in vals):
+        return not all(_close(v, s_val) for v in vals)
+    return not all(_close(v, _expected_local(s_val, exp, r, dist.world_size, v)) for r, v in enumerate(vals))
+
+
+# ---------------------------------------------------------------- localization
+
+def _status(run: SymbolicRun, relater: Relater, dist: DistributedProgram):
+    """Per rank, per node: Related or None (tensor nodes only)."""
+    world = dist.world_size
+    by_name = [{n.name: n for n in g.nodes} for g in dist.graphs]
+    status: list[dict] = [dict() for _ in range(world)]
+    for r, g in enumerate(dist.graphs):
+        for n in g.nodes:
+            v = run.dist[r].get(n)
+            if not isinstance(v, Val):
+                continue
+            if n.op in CREATION_OPS or n.op == "input":
+                status[r][n] = Related(n, None, "const") if n.op != "input" else relater.direct(v) or Related(n, None, "input")
+                continue
+            rel = relater.direct(v)
+            if rel is None:
+                peers = [by_name[q].get(n.name) for q in range(world)]
+                if all(p is not None for p in peers):
+                    rel = relater.partial([run.dist[q].get(p) for q, p in enumerate(peers)])
+            status[r][n] = rel
+    return status
+
+
+def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, broken: list[str]):
+    """The first distributed tensors (with their ranks) whose relation breaks."""
+    status = _status(run, relater, dist)
+    found: dict[str, tuple[Node, list[int], bool, int]] = {}
+    for r, g in enumerate(dist.graphs):
+        users = g.users()
+        targets = [g.outputs[o] for o in broken if o in g.outputs]
+        ancestors = _reach(targets, lambda n: list(n.inputs))
+        for i, n in enumerate(g.nodes):
+            if n not in status[r] or status[r][n] is not None or n not in ancestors:
+                continue
+            if not all(status[r].get(x) is not None for x in n.inputs if x in status[r]):
+                continue
+            recovers = any(status[r].get(d) is not None for d in _reach([n], lambda m: users[m]) if d is not n)
+            key = n.name
+            if key in found:
+                found[key][1].append(r)
+            else:
+                found[key] = (n, [r], recovers, i)
+    if not found:
+        return None
+    n, ranks, recovers, _ = min(found.values(), key=lambda f: (f[2], f[3]))
+    return n, ranks, status
+
+
+def _reach(starts, step) -> set:
+    seen, stack = set(), list(starts)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(step(n))
+    return seen
+
+
+def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[Finding]:
+    from .diagnose import diagnose
+    loc = _localize(run, relater, seq, dist, differing)
+    if loc is None:
+        name = differing[0]
+        dnode = dist.graphs[0].outputs.get(name)
+        return [Finding("output-mismatch", list(range(dist.world_size)), dnode.name if dnode else name,
+                        dnode.op if dnode else "?", _src(dnode) if dnode else None, "recoverable",
+                        "a different relation", f"output {name} does not relate to the single-device output as expected")]
+    node, ranks, status = loc
+    return [diagnose(run, relater, seq, dist, node, ranks, status, s_in, s_env, d_envs)]

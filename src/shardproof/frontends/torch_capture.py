@@ -1,0 +1,356 @@
+"""Live capture of PyTorch programs into the Graph IR (needs the ``torch`` extra).
+
+Each rank is traced in this one process under PyTorch's fake process group, re-initialised
+per rank, with ``make_fx`` over a functionalized call: parameters, buffers and data are
+graph inputs, in-place and async ``torch.distributed`` collectives are routed to their
+``_c10d_functional`` forms (so they appear as ordinary dataflow, in program order), and
+each node keeps the user's source line (innermost frame outside torch and shardproof).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import traceback
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ..ir.graph import Graph, Node, Source, TensorType
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+DTYPES = {
+    torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+    torch.bool: "b8",
+}
+_DROPPED_KWARGS = {"device", "layout", "pin_memory", "memory_format", "non_blocking"}
+
+
+class CaptureError(Exception):
+    """The program could not be traced (raised with the user's own error as the cause)."""
+
+
+# ---------------------------------------------------------------- process groups
+
+@contextlib.contextmanager
+def fake_world(rank: int, world_size: int):
+    """A fake process group for one rank: collectives record, nothing communicates."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    _clear_dtensor_caches()
+    try:
+        yield
+    finally:
+        _clear_dtensor_caches()
+        dist.destroy_process_group()
+
+
+def _clear_dtensor_caches() -> None:
+    """DTensor caches sharding plans by mesh, whose hash ignores the rank: without this,
+    rank 1 silently reuses rank 0's plan."""
+    with contextlib.suppress(Exception):
+        torch._C._clear_DTensor_sharding_propagator_cache()
+    with contextlib.suppress(Exception):
+        from torch.distributed.tensor import DTensor
+        prop = DTensor._op_dispatcher.sharding_propagator
+        for attr in ("propagate_op_sharding",):
+            fn = getattr(prop, attr, None)
+            if hasattr(fn, "cache_clear"):
+                fn.cache_clear()
+
+
+def group_ranks(group_name: str) -> tuple[int, ...]:
+    """Global ranks of a process group known by name (for collective nodes)."""
+    from torch.distributed.distributed_c10d import _resolve_process_group
+    return tuple(dist.get_process_group_ranks(_resolve_process_group(group_name)))
+
+
+# ---------------------------------------------------------------- in-place collectives -> functional
+
+_REDUCE_OPS = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min", "PRODUCT": "product"}
+
+
+def _reduce_name(op) -> str:
+    name = getattr(op, "name", None) or str(op).split(".")[-1]
+    return _REDUCE_OPS.get(str(name).upper(), str(name).lower())
+
+
+def _group_name(group) -> str:
+    return (group or dist.group.WORLD).group_name
+
+
+class _Done:
+    """The work handle returned for ``async_op=True`` (the value is already in place)."""
+
+    def wait(self, *args, **kwargs):
+        return True
+
+    def is_completed(self):
+        return True
+
+
+def _functional(result_of: Callable) -> Callable:
+    fc = torch.ops._c10d_functional
+
+    def wrap(*args, async_op: bool = False, **kwargs):
+        result_of(fc, *args, **kwargs)
+        return _Done() if async_op else None
+    return wrap
+
+
+def _all_reduce(fc, tensor, op=dist.ReduceOp.SUM, group=None):
+    tensor.copy_(fc.wait_tensor(fc.all_reduce(tensor, _reduce_name(op), _group_name(group))))
+
+
+def _all_gather_into_tensor(fc, output, input, group=None):
+    n = dist.get_world_size(group)
+    output.copy_(fc.wait_tensor(fc.all_gather_into_tensor(input.contiguous(), n, _group_name(group))))
+
+
+def _all_gather(fc, tensor_list, tensor, group=None):
+    n = dist.get_world_size(group)
+    gathered = fc.wait_tensor(fc.all_gather_into_tensor(tensor.contiguous(), n, _group_name(group)))
+    for i, piece in enumerate(gathered.chunk(n)):
+        tensor_list[i].copy_(piece)
+
+
+def _reduce_scatter_tensor(fc, output, input, op=dist.ReduceOp.SUM, group=None):
+    n = dist.get_world_size(group)
+    output.copy_(fc.wait_tensor(fc.reduce_scatter_tensor(input.contiguous(), _reduce_name(op), n, _group_name(group))))
+
+
+def _all_to_all_single(fc, output, input, output_split_sizes=None, input_split_sizes=None, group=None):
+    out = fc.all_to_all_single(input.contiguous(), output_split_sizes, input_split_sizes, _group_name(group))
+    output.copy_(fc.wait_tensor(out))
+
+
+def _broadcast(fc, tensor, src=None, group=None, group_src=None):
+    src = group_src if src is None else dist.get_group_rank(group or dist.group.WORLD, src)
+    tensor.copy_(fc.wait_tensor(fc.broadcast(tensor, src or 0, _group_name(group))))
+
+
+_INPLACE = {
+    "all_reduce": _all_reduce, "all_gather_into_tensor": _all_gather_into_tensor, "all_gather": _all_gather,
+    "reduce_scatter_tensor": _reduce_scatter_tensor, "all_to_all_single": _all_to_all_single,
+    "broadcast": _broadcast,
+}
+
+
+@contextlib.contextmanager
+def functional_collectives():
+    """Route ``torch.distributed``'s in-place collectives to ``_c10d_functional`` ops while
+    tracing; ``make_fx`` would otherwise record them as opaque, mutating ``c10d`` ops."""
+    saved = {name: getattr(dist, name) for name in _INPLACE}
+    try:
+        for name, impl in _INPLACE.items():
+            setattr(dist, name, _functional(impl))
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(dist, name, fn)
+
+
+# ---------------------------------------------------------------- source locations
+
+def _user_frame(summary) -> traceback.FrameSummary | None:
+    for frame in reversed(summary):
+        f = os.path.abspath(frame.filename)
+        if f.startswith(_TORCH_DIR) or f.startswith(_PKG_DIR) or "/contextlib.py" in f or f.startswith("<"):
+            continue
+        return frame
+    return None
+
+
+@contextlib.contextmanager
+def user_stack_traces():
+    """Keep the user's innermost frame on every traced node. make_fx's own filter keeps
+    only frames named ``forward``, which loses plain functions and helper calls."""
+    from torch.fx.proxy import TracerBase
+    original = TracerBase._filter_traceback_frames
+
+    def keep_user_frame(self, summary):
+        frame = _user_frame(summary)
+        return traceback.StackSummary.from_list([frame] if frame else [])
+    TracerBase._filter_traceback_frames = keep_user_frame
+    try:
+        yield
+    finally:
+        TracerBase._filter_traceback_frames = original
+
+
+def _source(fx_node) -> Source | None:
+    trace = fx_node.meta.get("stack_trace") or fx_node.stack_trace
+    if not trace:
+        return None
+    m = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
+    if not m:
+        return None
+    file, line, fn, code = m[-1]
+    rel = os.path.relpath(file)
+    return Source(file if rel.startswith("..") else rel, int(line), fn, code.strip())
+
+
+# ---------------------------------------------------------------- tracing
+
+def _local(t):
+    """A DTensor parameter's local shard (the rank's actual input); other tensors as is."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t
+
+
+def program_inputs(program: Any, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """All graph inputs by name: a module's parameters and buffers, then the data."""
+    named: dict[str, torch.Tensor] = {}
+    if isinstance(program, torch.nn.Module):
+        for name, p in program.named_parameters(remove_duplicate=False):
+            named.setdefault(name, _local(p.detach()))
+        for name, b in program.named_buffers(remove_duplicate=False):
+            named.setdefault(name, _local(b))
+    for name, value in data.items():
+        if name in named:
+            raise CaptureError(f"data input {name!r} has the same name as a parameter or buffer of the program")
+        named[name] = value
+    return named
+
+
+def _call(program: Any, names: list[str], data_names: set[str]) -> Callable:
+    """A function of flat tensors that runs `program` with its state swapped in."""
+    is_module = isinstance(program, torch.nn.Module)
+    dtensor_state = {}
+    if is_module:
+        for name, t in list(program.named_parameters(remove_duplicate=False)) + list(
+                program.named_buffers(remove_duplicate=False)):
+            if hasattr(t, "to_local"):
+                dtensor_state[name] = (t.device_mesh, t.placements, t.shape, t.stride())
+
+    def run(*flat):
+        values = dict(zip(names, flat))
+        data = {k: v for k, v in values.items() if k in data_names}
+        if not is_module:
+            return program(**data)
+        state = {k: v for k, v in values.items() if k not in data_names}
+        if dtensor_state:
+            from torch.distributed.tensor import DTensor
+            for k, (mesh, placements, shape, stride) in dtensor_state.items():
+                state[k] = DTensor.from_local(state[k], mesh, placements, run_check=False, shape=shape, stride=stride)
+        return torch.func.functional_call(program, state, (), data, strict=False, tie_weights=False)
+    return run
+
+
+def _flatten_outputs(out) -> dict[str, Any]:
+    if isinstance(out, dict):
+        return {str(k): v for k, v in out.items()}
+    if isinstance(out, (tuple, list)):
+        return {f"out{i}": v for i, v in enumerate(out)}
+    return {"out": out}
+
+
+def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph:
+    """Trace one program (in the current process-group state) into the IR."""
+    inputs = program_inputs(program, data)
+    names = list(inputs)
+    fn = _call(program, names, set(data))
+    output_names: list[str] = []
+
+    def flat_fn(*flat):
+        outs = _flatten_outputs(fn(*flat))
+        output_names[:] = list(outs)
+        return [_local(o) for o in outs.values()]
+
+    try:
+        with functional_collectives(), user_stack_traces():
+            gm = make_fx(torch.func.functionalize(flat_fn, remove="mutations"),
+                         record_stack_traces=True)(*inputs.values())
+    except Exception as exc:
+        raise CaptureError(f"tracing {label or 'the program'} failed: {type(exc).__name__}: {exc}") from exc
+    return from_fx(gm.graph, names, output_names, label)
+
+
+# ---------------------------------------------------------------- FX -> IR
+
+def _op_name(target) -> str:
+    import operator
+    if target is operator.getitem:
+        return "getitem"
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        return schema.name.replace("::", ".")
+    return getattr(target, "__name__", str(target))
+
+
+def _type_of(val):
+    if isinstance(val, torch.Tensor):
+        return TensorType(tuple(int(s) for s in val.shape), DTYPES.get(val.dtype, str(val.dtype)))
+    if isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val):
+        return tuple(_type_of(v) for v in val)
+    return None
+
+
+def _convert(value, env):
+    import torch.fx as fx
+    if isinstance(value, fx.Node):
+        return env[value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_convert(v, env) for v in value)
+    if isinstance(value, torch.dtype):
+        return DTYPES.get(value, str(value))
+    if isinstance(value, (torch.device, torch.layout, torch.memory_format)):
+        return str(value)
+    return value
+
+
+def from_fx(fx_graph, input_names: list[str], output_names: list[str], label: str = "") -> Graph:
+    """Convert a functional ATen FX graph; collective group names become global rank tuples."""
+    graph = Graph(label=label)
+    env: dict = {}
+    placeholders = iter(input_names)
+    gm_owner = fx_graph.owning_module
+    for fx_node in fx_graph.nodes:
+        if fx_node.op == "placeholder":
+            node = Node(next(placeholders), "input", type=_type_of(fx_node.meta.get("val")))
+        elif fx_node.op == "get_attr":
+            value = getattr(gm_owner, fx_node.target)
+            node = Node(fx_node.name, "constant", kwargs={"value": value.detach().double().numpy()
+                                                          if value.is_floating_point() else value.numpy()},
+                        type=_type_of(value))
+        elif fx_node.op == "call_function":
+            op = _op_name(fx_node.target)
+            args = _convert(fx_node.args, env)
+            kwargs = {k: _convert(v, env) for k, v in fx_node.kwargs.items() if k not in _DROPPED_KWARGS}
+            if op.startswith("_c10d_functional.") and args and isinstance(args[-1], str):
+                args = args[:-1] + (group_ranks(args[-1]),)
+            node = Node(fx_node.name, op, tuple(args), kwargs, _type_of(fx_node.meta.get("val")), _source(fx_node))
+        elif fx_node.op == "output":
+            outs = fx_node.args[0]
+            for name, value in zip(output_names, outs):
+                if value is not None:
+                    graph.outputs[name] = env[value]
+            continue
+        else:
+            raise CaptureError(f"unexpected FX node kind {fx_node.op} ({fx_node.name})")
+        env[fx_node] = node
+        graph.nodes.append(node)
+    return graph
+
+
+# ---------------------------------------------------------------- a whole case
+
+def capture_single(program: Any, data: dict[str, torch.Tensor]) -> Graph:
+    return trace(program, data, label="single-device")
+
+
+def capture_rank(make_program: Callable[[int, int], Any], rank: int, world_size: int,
+                 data: dict[str, torch.Tensor]) -> tuple[Graph, Any]:
+    """Trace rank `rank`'s program; returns the graph and the program (for its weights)."""
+    with fake_world(rank, world_size):
+        try:
+            program = make_program(rank, world_size)
+        except Exception as exc:
+            raise CaptureError(f"building the program for rank {rank} failed: {type(exc).__name__}: {exc}") from exc
+        return trace(program, data, label=f"rank {rank}"), program

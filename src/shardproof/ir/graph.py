@@ -1,0 +1,111 @@
+"""Graph IR: per-rank dataflow graphs of ATen-level ops.
+
+Every frontend (live capture, FX dump import, builder API) produces this IR, and every
+later layer reads only this IR. Nodes are in topological order; arguments refer to
+earlier nodes directly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a node came from in the user's program (innermost frame outside torch)."""
+
+    file: str
+    line: int
+    fn: str = ""
+    code: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}" + (f" in {self.fn}" if self.fn else "")
+
+
+@dataclass(frozen=True)
+class TensorType:
+    shape: tuple[int, ...]
+    dtype: str = "f32"
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __str__(self) -> str:
+        return f"{self.dtype}{list(self.shape)}"
+
+
+@dataclass(eq=False)
+class Node:
+    """One op application. `op` is a registry key such as ``aten.mm`` or
+    ``_c10d_functional.all_reduce``; `type` is a TensorType, a tuple of them for
+    multi-output ops, or None for non-tensor values."""
+
+    name: str
+    op: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    type: Any = None
+    source: Source | None = None
+
+    @property
+    def inputs(self) -> Iterator["Node"]:
+        """Nodes this node reads, in argument order (nested lists included)."""
+        yield from _nodes_in(self.args)
+        yield from _nodes_in(tuple(self.kwargs.values()))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"
+
+
+def _nodes_in(values) -> Iterator[Node]:
+    for v in values:
+        if isinstance(v, Node):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from _nodes_in(v)
+
+
+@dataclass(eq=False)
+class Graph:
+    """A program: placeholder nodes (op ``input``), then op nodes, then named outputs."""
+
+    nodes: list[Node] = field(default_factory=list)
+    outputs: dict[str, Node] = field(default_factory=dict)
+    label: str = ""
+
+    @property
+    def inputs(self) -> list[Node]:
+        return [n for n in self.nodes if n.op == "input"]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def users(self) -> dict[Node, list[Node]]:
+        out: dict[Node, list[Node]] = {n: [] for n in self.nodes}
+        for n in self.nodes:
+            for i in n.inputs:
+                out[i].append(n)
+        return out
+
+
+@dataclass(eq=False)
+class DistributedProgram:
+    """One graph per rank of a world; rank r runs ``graphs[r]``."""
+
+    graphs: list[Graph]
+
+    @property
+    def world_size(self) -> int:
+        return len(self.graphs)

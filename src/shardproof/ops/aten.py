@@ -1,0 +1,641 @@
+"""ATen ops: the forward ops of GPT-2 / Llama-style blocks, declared once each."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from ..algebra import compute, layout
+from ..algebra.layout import Val, prod, shape_of
+from ..algebra.ranks import LINEARITY
+from ..algebra.terms import freeze
+from .common import as_float, elementwise_op, erf, identity_op, template, tensor_args
+from .registry import RuleCtx, declare
+
+T = "aten."
+
+# ------------------------------------------------------------------ elementwise
+
+_UNARY = {
+    "exp": np.exp, "log": np.log, "tanh": np.tanh, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "sqrt": np.sqrt, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0.0),
+    "silu": lambda x: x / (1.0 + np.exp(-x)), "sin": np.sin, "cos": np.cos, "abs": np.abs,
+    "reciprocal": lambda x: 1.0 / x, "erf": erf, "log1p": np.log1p, "expm1": np.expm1,
+    "logical_not": np.logical_not, "bitwise_not": np.logical_not, "square": np.square,
+    "isinf": np.isinf, "isnan": np.isnan,
+}
+for _name, _fn in _UNARY.items():
+    elementwise_op(T + _name, lambda x, *a, _fn=_fn, **k: _fn(as_float(x) if np.asarray(x).dtype != bool else x))
+
+
+def _gelu(x, approximate="none"):
+    x = as_float(x)
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+
+
+elementwise_op(T + "gelu", _gelu)
+
+_BINARY = {
+    "sub": (lambda a, b, alpha=1: np.subtract(a, np.multiply(b, alpha)), False),
+    "pow": (lambda a, b: np.power(as_float(a), b), False),
+    "maximum": (np.maximum, True), "minimum": (np.minimum, True),
+    "eq": (np.equal, True), "ne": (np.not_equal, True), "lt": (np.less, False), "le": (np.less_equal, False),
+    "gt": (np.greater, False), "ge": (np.greater_equal, False),
+    "logical_and": (np.logical_and, True), "logical_or": (np.logical_or, True),
+    "bitwise_and": (np.logical_and, True), "bitwise_or": (np.logical_or, True),
+    "remainder": (np.remainder, False), "floor_divide": (np.floor_divide, False),
+}
+for _name, (_fn, _comm) in _BINARY.items():
+    elementwise_op(T + _name, _fn, commutative=_comm)
+
+LINEARITY.update({"sub": "all", "scale": "all"})
+
+
+def _scaled(ctx: RuleCtx, x: Val, c) -> Val:
+    return Val(compute.scale(ctx.terms, x.t, c), x.vecs)
+
+
+def _add_rule(ctx: RuleCtx, a, b, alpha=1):
+    if isinstance(b, Val) and alpha != 1:
+        b = _scaled(ctx, b, Fraction(alpha))
+    if isinstance(a, Val) and isinstance(b, Val):
+        return compute.elementwise(ctx.terms, "add", (), [a, b], commutative=True)
+    x, c = (a, b) if isinstance(a, Val) else (b, a)
+    return compute.elementwise(ctx.terms, "add_const", (freeze(c),), [x])
+
+
+def _mul_rule(ctx: RuleCtx, a, b):
+    if isinstance(a, Val) and isinstance(b, Val):
+        return compute.elementwise(ctx.terms, "mul", (), [a, b], commutative=True)
+    x, c = (a, b) if isinstance(a, Val) else (b, a)
+    return _scaled(ctx, x, Fraction(c))
+
+
+def _div_rule(ctx: RuleCtx, a, b, rounding_mode=None):
+    if rounding_mode is None and isinstance(a, Val) and not isinstance(b, Val):
+        return _scaled(ctx, a, 1 / Fraction(b))
+    return compute.elementwise(ctx.terms, "div", template((a, b), {"rounding_mode": rounding_mode}),
+                               tensor_args((a, b)))
+
+
+def _div_num(a, b, rounding_mode=None):
+    q = np.divide(as_float(a), b)
+    return {"trunc": np.trunc, "floor": np.floor}.get(rounding_mode, lambda v: v)(q)
+
+
+from .common import elementwise_shape  # noqa: E402
+
+declare(T + "add", numerics=lambda a, b, alpha=1: np.add(a, np.multiply(b, alpha)), rule=_add_rule,
+        shape=elementwise_shape, doc="a + alpha*b; scalars fold into the term")
+declare(T + "mul", numerics=lambda a, b: np.multiply(a, b), rule=_mul_rule, shape=elementwise_shape,
+        doc="a*b; multiplying by a constant is an exact scale")
+declare(T + "div", numerics=_div_num, rule=_div_rule, shape=elementwise_shape, doc="a/b")
+declare(T + "neg", numerics=lambda x: -as_float(x), rule=lambda ctx, x: _scaled(ctx, x, -1),
+        shape=elementwise_shape, doc="-x, an exact scale by -1")
+LINEARITY.update({"add": "all", "mul": "one", "add_const": "none"})
+
+
+def _where_num(c, a, b):
+    return np.where(np.asarray(c, dtype=bool), a, b)
+
+
+elementwise_op(T + "where", _where_num)
+declare(T + "masked_fill", numerics=lambda x, m, v: np.where(np.asarray(m, dtype=bool), v, x),
+        rule=lambda ctx, x, m, v: compute.elementwise(ctx.terms, "where", template((m, v, x), {}), tensor_args((m, v, x))),
+        shape=elementwise_shape, doc="where(mask, value, x)")
+elementwise_op(T + "clamp", lambda x, lo=None, hi=None: np.clip(x, lo, hi))
+LINEARITY["where"] = "none"
+
+
+def _dropout_rule(ctx: RuleCtx, x: Val, p, train=True):
+    """Same-mask convention: the mask is a function of the element's position in the
+    single-device tensor, so dropout commutes with any selection."""
+    if not train or p == 0:
+        return (x, compute.elementwise(ctx.terms, "ones_mask", (), [x]))
+    out = compute.elementwise(ctx.terms, "dropout", (freeze(p),), [x])
+    mask = compute.elementwise(ctx.terms, "dropout_mask", (freeze(p),), [x])
+    return (out, mask)
+
+
+def _dropout_num(x, p, train=True):
+    """Reference numerics use a deterministic position-keyed mask so both programs agree."""
+    x = as_float(x)
+    if not train or p == 0:
+        return x, np.ones(x.shape, bool)
+    keep = ((np.arange(x.size).reshape(x.shape) * 2654435761) % 1000) >= p * 1000
+    return np.where(keep, x / (1 - p), 0.0), keep
+
+
+declare(T + "native_dropout", numerics=_dropout_num, rule=_dropout_rule, doc="dropout, same-mask convention")
+declare(T + "dropout", numerics=lambda x, p, train=True: _dropout_num(x, p, train)[0],
+        rule=lambda ctx, x, p, train=True: _dropout_rule(ctx, x, p, train)[0], doc="dropout, same-mask convention")
+
+identity_op((T + "clone", T + "contiguous", T + "alias", T + "detach", T + "_to_copy", T + "lift_fresh_copy",
+             T + "to", T + "type_as", T + "_assert_tensor_metadata", T + "view_as_real_copy"),
+            "copies and dtype casts keep the value")
+
+# ------------------------------------------------------------------ views
+
+
+def _shape_rule_reshape(x, size, *a, **k):
+    return tuple(size)
+
+
+declare((T + "view", T + "_unsafe_view", T + "reshape", T + "view_copy", T + "_reshape_alias"),
+        numerics=lambda x, size, *a: np.reshape(x, size),
+        rule=lambda ctx, x, size, *a: layout.reshape(ctx.terms, x, size), doc="reshape: layout follows, aligned blocks")
+declare(T + "permute", numerics=lambda x, dims: np.transpose(x, dims),
+        rule=lambda ctx, x, dims: layout.permute(ctx.terms, x, dims), doc="permute")
+
+
+def _transpose_perm(nd, d0, d1):
+    perm = list(range(nd))
+    perm[d0 % nd], perm[d1 % nd] = perm[d1 % nd], perm[d0 % nd]
+    return perm
+
+
+declare(T + "transpose", numerics=lambda x, d0, d1: np.swapaxes(x, d0, d1),
+        rule=lambda ctx, x, d0, d1: layout.permute(ctx.terms, x, _transpose_perm(len(x.vecs), d0, d1)), doc="transpose")
+declare((T + "t", T + "numpy_T"), numerics=lambda x: np.transpose(x),
+        rule=lambda ctx, x: layout.permute(ctx.terms, x, list(range(len(x.vecs)))[::-1]), doc="t")
+declare(T + "unsqueeze", numerics=lambda x, d: np.expand_dims(x, d),
+        rule=lambda ctx, x, d: layout.unsqueeze(ctx.terms, x, d), doc="unsqueeze")
+
+
+def _squeeze_dims(nd_shape, dims):
+    if dims is None:
+        return [i for i, s in enumerate(nd_shape) if s == 1]
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return [d % len(nd_shape) for d in dims if nd_shape[d % len(nd_shape)] == 1]
+
+
+declare(T + "squeeze", numerics=lambda x, dims=None: np.squeeze(x, tuple(_squeeze_dims(np.shape(x), dims))),
+        rule=lambda ctx, x, dims=None: layout.squeeze(ctx.terms, x, _squeeze_dims(shape_of(ctx.terms, x), dims)),
+        doc="squeeze")
+declare(T + "expand", numerics=lambda x, size, implicit=False: np.broadcast_to(
+            x, [np.shape(x)[i - (len(size) - np.ndim(x))] if s == -1 else s for i, s in enumerate(size)]).copy(),
+        rule=lambda ctx, x, size, implicit=False: layout.expand(ctx.terms, x, size), doc="broadcast a tensor")
+
+
+def _slice_num(x, dim=0, start=None, end=None, step=1):
+    idx = [slice(None)] * np.ndim(x)
+    idx[dim] = slice(start, end, step)
+    return x[tuple(idx)]
+
+
+def _clip_bounds(size, start, end):
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start = max(0, min(size, start + size if start < 0 else start))
+    end = max(0, min(size, end + size if end < 0 else end))
+    return start, end
+
+
+def _slice_rule(ctx: RuleCtx, x: Val, dim=0, start=None, end=None, step=1):
+    size = shape_of(ctx.terms, x)[dim]
+    lo, hi = _clip_bounds(size, start, end)
+    return layout.slice_(ctx.terms, x, dim % len(x.vecs), lo, hi, step)
+
+
+declare(T + "slice", numerics=_slice_num, rule=_slice_rule, doc="basic slicing")
+declare(T + "narrow", numerics=lambda x, dim, start, length: _slice_num(x, dim, start, start + length),
+        rule=lambda ctx, x, dim, start, length: _slice_rule(ctx, x, dim, start, start + length), doc="narrow")
+declare(T + "select", numerics=lambda x, dim, index: np.take(x, index, axis=dim),
+        rule=lambda ctx, x, dim, index: layout.select(ctx.terms, x, dim % len(x.vecs),
+                                                      index % shape_of(ctx.terms, x)[dim]), doc="select")
+
+
+def _split_points(size, sizes):
+    bounds, at = [], 0
+    for s in sizes:
+        bounds.append((at, min(size, at + s)))
+        at += s
+    return bounds
+
+
+def _even_sizes(size, split_size):
+    return [split_size] * (-(-size // split_size)) if size else []
+
+
+def _split_rule(ctx: RuleCtx, x: Val, sizes, dim=0):
+    size = shape_of(ctx.terms, x)[dim]
+    return tuple(layout.slice_(ctx.terms, x, dim % len(x.vecs), lo, hi) for lo, hi in _split_points(size, sizes))
+
+
+def _split_num(x, sizes, dim=0):
+    return tuple(_slice_num(x, dim, lo, hi) for lo, hi in _split_points(np.shape(x)[dim], sizes))
+
+
+declare(T + "split_with_sizes", numerics=_split_num, rule=_split_rule, doc="split into given sizes")
+declare(T + "split", numerics=lambda x, s, dim=0: _split_num(x, _even_sizes(np.shape(x)[dim], s) if isinstance(s, int) else s, dim),
+        rule=lambda ctx, x, s, dim=0: _split_rule(
+            ctx, x, _even_sizes(shape_of(ctx.terms, x)[dim], s) if isinstance(s, int) else s, dim), doc="split")
+
+
+def _chunk_sizes(size, chunks):
+    return _even_sizes(size, -(-size // chunks))
+
+
+declare(T + "chunk", numerics=lambda x, n, dim=0: _split_num(x, _chunk_sizes(np.shape(x)[dim], n), dim),
+        rule=lambda ctx, x, n, dim=0: _split_rule(ctx, x, _chunk_sizes(shape_of(ctx.terms, x)[dim], n), dim),
+        doc="torch.chunk")
+declare(T + "unbind", numerics=lambda x, dim=0: tuple(np.moveaxis(x, dim, 0)),
+        rule=lambda ctx, x, dim=0: tuple(layout.select(ctx.terms, x, dim % len(x.vecs), i)
+                                         for i in range(shape_of(ctx.terms, x)[dim])), doc="unbind")
+declare(T + "cat", numerics=lambda xs, dim=0: np.concatenate([as_float(x) for x in xs], axis=dim),
+        rule=lambda ctx, xs, dim=0: layout.concat(ctx.terms, list(xs), dim), doc="concatenate")
+declare(T + "stack", numerics=lambda xs, dim=0: np.stack(xs, axis=dim),
+        rule=lambda ctx, xs, dim=0: layout.concat(ctx.terms, [layout.unsqueeze(ctx.terms, x, dim) for x in xs], dim),
+        doc="stack")
+
+
+def _repeat_rule(ctx: RuleCtx, x: Val, repeats):
+    while len(x.vecs) < len(repeats):
+        x = layout.unsqueeze(ctx.terms, x, 0)
+    for d, r in enumerate(repeats):
+        if r != 1:
+            x = layout.concat(ctx.terms, [x] * r, d)
+    return x
+
+
+declare(T + "repeat", numerics=lambda x, reps: np.tile(x, reps), rule=_repeat_rule, doc="tile")
+declare("getitem", numerics=lambda xs, i: xs[i], rule=lambda ctx, xs, i: xs[i], doc="tuple element")
+
+# ------------------------------------------------------------------ reductions
+
+LINEARITY.update({"sum": "all", "reshape": "all", "permute": "all", "select": "all", "expand": "all",
+                  "gather": "all", "cat": "all", "dot": "one", "embedding": "none"})
+
+
+def _dims(x_nd, dim):
+    if dim is None or dim == [] or dim == ():
+        return list(range(x_nd))
+    return [d % x_nd for d in ([dim] if isinstance(dim, int) else dim)]
+
+
+def _sum_rule(ctx: RuleCtx, x: Val, dim=None, keepdim=False, dtype=None):
+    return compute.reduction(ctx.terms, "sum", (), x, _dims(len(x.vecs), dim), keepdim, combinable=True)
+
+
+def _mean_rule(ctx: RuleCtx, x: Val, dim=None, keepdim=False, dtype=None):
+    dims = _dims(len(x.vecs), dim)
+    n = prod(shape_of(ctx.terms, x)[d] for d in dims)
+    s = _sum_rule(ctx, x, dims, keepdim)
+    return _scaled(ctx, s, Fraction(1, n))
+
+
+def _extreme_rule(op):
+    def rule(ctx: RuleCtx, x: Val, dim=None, keepdim=False):
+        return compute.reduction(ctx.terms, op, (), x, _dims(len(x.vecs), dim), keepdim, combinable=True)
+    return rule
+
+
+def _np_dims(x, dim):
+    return tuple(_dims(np.ndim(x), dim))
+
+
+declare(T + "sum", numerics=lambda x, dim=None, keepdim=False, dtype=None: np.sum(as_float(x), axis=_np_dims(x, dim), keepdims=keepdim),
+        rule=_sum_rule, doc="sum; over a sharded dim it is a partial sum")
+declare(T + "mean", numerics=lambda x, dim=None, keepdim=False, dtype=None: np.mean(as_float(x), axis=_np_dims(x, dim), keepdims=keepdim),
+        rule=_mean_rule, doc="mean = sum / n")
+declare(T + "amax", numerics=lambda x, dim=None, keepdim=False: np.max(x, axis=_np_dims(x, dim), keepdims=keepdim),
+        rule=_extreme_rule("amax"), doc="max over dims; over a sharded dim a partial max")
+declare(T + "amin", numerics=lambda x, dim=None, keepdim=False: np.min(x, axis=_np_dims(x, dim), keepdims=keepdim),
+        rule=_extreme_rule("amin"), doc="min over dims")
+
+
+def _max_num(x, dim=None, keepdim=False):
+    if dim is None:
+        return np.max(x)
+    return np.max(x, axis=dim, keepdims=keepdim), np.argmax(x, axis=dim) if not keepdim else np.expand_dims(np.argmax(x, axis=dim), dim)
+
+
+def _max_rule(ctx: RuleCtx, x: Val, dim=None, keepdim=False):
+    if dim is None:
+        return _extreme_rule("amax")(ctx, x)
+    vals = _extreme_rule("amax")(ctx, x, dim, keepdim)
+    idx = compute.reduction(ctx.terms, "argmax", (), x, [dim], keepdim, combinable=False)
+    return (vals, idx)
+
+
+declare(T + "max", numerics=_max_num, rule=_max_rule, doc="max (values, indices)")
+declare(T + "argmax", numerics=lambda x, dim=None, keepdim=False: np.argmax(x, axis=dim) if not keepdim else np.expand_dims(np.argmax(x, axis=dim), dim),
+        rule=lambda ctx, x, dim=None, keepdim=False: compute.reduction(ctx.terms, "argmax", (), x, _dims(len(x.vecs), dim), keepdim, combinable=False),
+        doc="argmax (not combinable across shards)")
+
+
+def _var_mean_num(x, dim=None, correction=1, keepdim=False):
+    ax = _np_dims(x, dim)
+    return np.var(as_float(x), axis=ax, ddof=correction, keepdims=keepdim), np.mean(as_float(x), axis=ax, keepdims=keepdim)
+
+
+def _var_mean_rule(ctx: RuleCtx, x: Val, dim=None, correction=1, keepdim=False):
+    dims = _dims(len(x.vecs), dim)
+    var = compute.reduction(ctx.terms, "var", (freeze(correction),), x, dims, keepdim, combinable=False)
+    return (var, _mean_rule(ctx, x, dims, keepdim))
+
+
+declare(T + "var_mean", numerics=_var_mean_num, rule=_var_mean_rule, doc="variance and mean")
+declare(T + "var", numerics=lambda x, dim=None, correction=1, keepdim=False: _var_mean_num(x, dim, correction, keepdim)[0],
+        rule=lambda ctx, x, dim=None, correction=1, keepdim=False: _var_mean_rule(ctx, x, dim, correction, keepdim)[0],
+        doc="variance")
+
+# ------------------------------------------------------------------ row-wise ops
+
+
+def _softmax_num(x, dim, *a):
+    x = as_float(x)
+    e = np.exp(x - np.max(x, axis=dim, keepdims=True))
+    return e / np.sum(e, axis=dim, keepdims=True)
+
+
+def _log_softmax_num(x, dim, *a):
+    x = as_float(x)
+    m = np.max(x, axis=dim, keepdims=True)
+    return x - m - np.log(np.sum(np.exp(x - m), axis=dim, keepdims=True))
+
+
+def _along(op):
+    """softmax-like ops: exact on any selection of the dims they do not normalize."""
+    def rule(ctx: RuleCtx, x: Val, dim, *a):
+        nd = len(x.vecs)
+        moved = layout.permute(ctx.terms, x, [d for d in range(nd) if d != dim % nd] + [dim % nd])
+        out = compute.rowwise(ctx.terms, op, (), [moved], 1, [shape_of(ctx.terms, moved)])[0]
+        back = list(range(nd - 1))
+        back.insert(dim % nd, nd - 1)
+        return layout.permute(ctx.terms, out, back)
+    return rule
+
+
+declare((T + "_softmax", T + "softmax"), numerics=_softmax_num, rule=_along("softmax"), doc="softmax along a dim")
+declare((T + "_log_softmax", T + "log_softmax"), numerics=_log_softmax_num, rule=_along("log_softmax"),
+        doc="log-softmax along a dim")
+
+
+def _layer_norm_num(x, shape, w=None, b=None, eps=1e-5):
+    x = as_float(x)
+    ax = tuple(range(np.ndim(x) - len(shape), np.ndim(x)))
+    mean = np.mean(x, axis=ax, keepdims=True)
+    var = np.mean((x - mean) ** 2, axis=ax, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    y = (x - mean) * rstd
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return y, mean, rstd
+
+
+def _norm_rule(op, n_out):
+    def rule(ctx: RuleCtx, x: Val, shape, *rest, **kw):
+        operands = [x] + [a for a in rest if isinstance(a, Val)]
+        attrs = template((x, shape) + tuple(rest), kw)
+        outs = compute.rowwise(ctx.terms, op, attrs, operands, len(shape), ctx.out_shapes()[:n_out])
+        return tuple(outs) if n_out > 1 else outs[0]
+    return rule
+
+
+declare(T + "native_layer_norm", numerics=_layer_norm_num, rule=_norm_rule("layer_norm", 3),
+        doc="layer norm over the trailing dims (out, mean, rstd)")
+declare(T + "layer_norm", numerics=lambda x, shape, w=None, b=None, eps=1e-5, *a: _layer_norm_num(x, shape, w, b, eps)[0],
+        rule=_norm_rule("layer_norm", 1), doc="layer norm")
+
+
+def _rms_norm_num(x, shape, w=None, eps=None):
+    x = as_float(x)
+    ax = tuple(range(np.ndim(x) - len(shape), np.ndim(x)))
+    eps = np.finfo(np.float32).eps if eps is None else eps
+    rstd = 1.0 / np.sqrt(np.mean(x * x, axis=ax, keepdims=True) + eps)
+    y = x * rstd
+    return (y * w if w is not None else y), rstd
+
+
+declare(T + "_fused_rms_norm", numerics=_rms_norm_num, rule=_norm_rule("rms_norm", 2), doc="RMS norm (out, rstd)")
+declare(T + "rms_norm", numerics=lambda *a, **k: _rms_norm_num(*a, **k)[0], rule=_norm_rule("rms_norm", 1),
+        doc="RMS norm")
+
+# ------------------------------------------------------------------ contractions
+
+
+def _dot_nd(ctx: RuleCtx, a: Val, b: Val) -> Val:
+    """matmul semantics: batch dims of equal rank are batched, a 2-D rhs is shared."""
+    na, nb = len(a.vecs), len(b.vecs)
+    if nb == 2 or na == 1 or nb == 1:
+        return compute.dot(ctx.terms, a, b, (), (), (na - 1,), (0,) if nb <= 2 else (nb - 2,))
+    nbatch = na - 2
+    return compute.dot(ctx.terms, a, b, tuple(range(nbatch)), tuple(range(nbatch)), (na - 1,), (nb - 2,))
+
+
+def _affine(ctx: RuleCtx, prod_val: Val, bias, beta=1, alpha=1) -> Val:
+    out = _scaled(ctx, prod_val, Fraction(alpha)) if alpha != 1 else prod_val
+    if bias is None or beta == 0:
+        return out
+    bias = _scaled(ctx, bias, Fraction(beta)) if beta != 1 else bias
+    return compute.elementwise(ctx.terms, "add", (), [out, bias], commutative=True)
+
+
+declare((T + "mm", T + "bmm", T + "matmul"), numerics=lambda a, b: np.matmul(as_float(a), as_float(b)),
+        rule=lambda ctx, a, b: _dot_nd(ctx, a, b), doc="matrix product (block-matrix lemma over sharded K)")
+declare((T + "addmm", T + "baddbmm"),
+        numerics=lambda c, a, b, beta=1, alpha=1: beta * as_float(c) + alpha * np.matmul(as_float(a), as_float(b)),
+        rule=lambda ctx, c, a, b, beta=1, alpha=1: _affine(ctx, _dot_nd(ctx, a, b), c, beta, alpha),
+        doc="beta*c + alpha*(a@b)")
+declare(T + "linear", numerics=lambda x, w, b=None: np.matmul(as_float(x), as_float(w).T) + (0 if b is None else b),
+        rule=lambda ctx, x, w, b=None: _affine(ctx, compute.dot(ctx.terms, x, w, (), (), (len(x.vecs) - 1,), (1,)), b),
+        doc="x @ w.T + b")
+
+# ------------------------------------------------------------------ embedding and indexing
+
+
+def _embedding_rule(ctx: RuleCtx, w: Val, ids: Val, *a):
+    w = layout.materialize(ctx.terms, w, [0])
+    tshape = ctx.terms.shape(ids.t) + (ctx.terms.shape(w.t)[1],)
+    t = ctx.terms.make("embedding", (), (w.t, ids.t), tshape)
+    return Val(t, ids.vecs + (w.vecs[1],))
+
+
+declare(T + "embedding", numerics=lambda w, ids, *a: as_float(w)[np.asarray(ids, dtype=np.int64)],
+        rule=_embedding_rule, doc="row lookup; rows selected by the ids' layout")
+
+
+def _opaque(op):
+    """A rule that keeps the op exact but makes no claim about selections of it."""
+    def rule(ctx: RuleCtx, *args, **kwargs):
+        vals = [layout.materialize(ctx.terms, v) for v in tensor_args(args)]
+        it = iter(vals)
+        args = [next(it) if isinstance(a, Val) else a for a in args]
+        flat = tuple(v.t for v in vals)
+        outs = [Val(ctx.terms.make(op, template(args, kwargs) + (i,), flat, s), (None,) * len(s))
+                for i, s in enumerate(ctx.out_shapes())]
+        return tuple(outs) if isinstance(ctx.node.type, tuple) else outs[0]
+    return rule
+
+
+def _index_num(x, indices):
+    return np.asarray(x)[tuple(slice(None) if i is None else np.asarray(i, dtype=np.int64 if np.asarray(i).dtype != bool else bool)
+                               for i in indices)]
+
+
+def _index_rule(ctx: RuleCtx, x: Val, indices):
+    vals = [i for i in indices if isinstance(i, Val)]
+    x = layout.materialize(ctx.terms, x)
+    vals = [layout.materialize(ctx.terms, v) for v in vals]
+    pattern = tuple("$" if isinstance(i, Val) else None for i in indices)
+    s = ctx.out_shapes()[0]
+    return Val(ctx.terms.make("index", pattern, (x.t,) + tuple(v.t for v in vals), s), (None,) * len(s))
+
+
+declare(T + "index", numerics=_index_num, rule=_index_rule, doc="advanced indexing (exact, no selection lemma)")
+
+
+def _index_put_num(x, indices, values, accumulate=False):
+    out = as_float(x).copy()
+    key = tuple(slice(None) if i is None else np.asarray(i) for i in indices)
+    if accumulate:
+        np.add.at(out, key, values)
+    else:
+        out[key] = values
+    return out
+
+
+def _index_put_rule(ctx: RuleCtx, x: Val, indices, values, accumulate=False):
+    """x[mask] = v with a boolean mask over x's leading dims is where(mask, v, x)."""
+    idx_nodes = [a for a in ctx.node.args[1] if a is not None]
+    if (not accumulate and len(indices) == 1 and isinstance(indices[0], Val)
+            and idx_nodes and idx_nodes[0].type.dtype in ("b8", "bool")):
+        mask = indices[0]
+        for _ in range(len(x.vecs) - len(mask.vecs)):
+            mask = layout.unsqueeze(ctx.terms, mask, -1)
+        return compute.elementwise(ctx.terms, "where", ("$", "$", "$", ()), [mask, values, x])
+    return _opaque("index_put")(ctx, x, indices, values, accumulate)
+
+
+declare(T + "index_put", numerics=_index_put_num, rule=_index_put_rule, doc="indexed assignment")
+declare(T + "gather", numerics=lambda x, dim, idx, *a: np.take_along_axis(as_float(x), np.asarray(idx, dtype=np.int64), dim),
+        rule=_opaque("gather_along"), doc="torch.gather")
+declare(T + "index_select", numerics=lambda x, dim, idx: np.take(x, np.asarray(idx, dtype=np.int64), axis=dim),
+        rule=_opaque("index_select"), doc="index_select")
+
+
+def _nll_num(logp, target, weight=None, reduction=1, ignore_index=-100):
+    logp = as_float(logp)
+    t = np.asarray(target, dtype=np.int64)
+    valid = t != ignore_index
+    picked = -np.take_along_axis(logp, np.where(valid, t, 0)[..., None], axis=-1)[..., 0] * valid
+    total = float(valid.sum())
+    out = {0: picked, 1: picked.sum() / total, 2: picked.sum()}[reduction]
+    return out, np.asarray(total)
+
+
+declare(T + "nll_loss_forward", numerics=_nll_num, rule=_opaque("nll_loss"), doc="negative log-likelihood")
+
+# ------------------------------------------------------------------ attention
+
+
+def _sdpa_num(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
+    q, k, v = as_float(q), as_float(k), as_float(v)
+    s = (1 / np.sqrt(q.shape[-1])) if scale is None else scale
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * s
+    if is_causal:
+        L, S = scores.shape[-2:]
+        scores = np.where(np.tril(np.ones((L, S), bool)), scores, -np.inf)
+    if attn_mask is not None:
+        m = np.asarray(attn_mask)
+        scores = np.where(m, scores, -np.inf) if m.dtype == bool else scores + m
+    mx = scores.max(-1, keepdims=True)
+    e = np.exp(scores - mx)
+    lse = (np.log(e.sum(-1)) + mx[..., 0])
+    return np.matmul(e / e.sum(-1, keepdims=True), v), lse
+
+
+def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
+    """Attention is exact on any common selection of the batch/head dims, and on a
+    selection of query rows unless a causal mask ties rows to absolute positions."""
+    terms = ctx.terms
+    nd = len(q.vecs)
+    q = layout.materialize(terms, q, [nd - 1] + ([nd - 2] if is_causal else []))
+    k = layout.materialize(terms, k, [nd - 2, nd - 1])
+    v = layout.materialize(terms, v, [nd - 2, nd - 1])
+    ops = [q, k, v]
+    for d in range(nd - 2):
+        ref = ops[0]
+        if not all(terms.shape(o.t)[d] == terms.shape(ref.t)[d] and layout.same_vec(o.vecs[d], ref.vecs[d]) for o in ops):
+            ops = [layout.materialize(terms, o, [d]) for o in ops]
+    q, k, v = ops
+    children = (q.t, k.t, v.t)
+    if isinstance(attn_mask, Val):
+        m = layout.materialize(terms, attn_mask, [len(attn_mask.vecs) - 1])
+        m = layout.materialize(terms, m, [d for d in range(len(m.vecs) - 1)
+                                          if not layout.same_vec(m.vecs[d], q.vecs[d + nd - len(m.vecs)])])
+        children += (m.t,)
+    attrs = (freeze(dropout_p), bool(is_causal), freeze(scale))
+    qs = terms.shape(q.t)
+    out = Val(terms.make("sdpa", attrs + (0,), children, qs[:-1] + (terms.shape(v.t)[-1],)), q.vecs[:-1] + (None,))
+    lse = Val(terms.make("sdpa", attrs + (1,), children, qs[:-1]), q.vecs[:-1])
+    return out, lse
+
+
+declare((T + "_scaled_dot_product_flash_attention_for_cpu", T + "_scaled_dot_product_efficient_attention",
+         T + "_scaled_dot_product_flash_attention"),
+        numerics=_sdpa_num, rule=_sdpa_rule, doc="scaled dot-product attention (out, logsumexp)")
+declare(T + "scaled_dot_product_attention", numerics=lambda *a, **k: _sdpa_num(*a, **k)[0],
+        rule=lambda ctx, *a, **k: _sdpa_rule(ctx, *a, **k)[0], doc="scaled dot-product attention")
+
+# ------------------------------------------------------------------ creation
+
+
+def _fill(ctx: RuleCtx, value, shape) -> Val:
+    """A constant-filled tensor: an expanded scalar, so it broadcasts like one."""
+    unit = ctx.terms.make("fill", (freeze(value),), (), (1,) * len(shape))
+    return layout.expand(ctx.terms, layout.full(ctx.terms, unit), shape)
+
+
+def _creation(value_of):
+    def rule(ctx: RuleCtx, *args, **kwargs):
+        return _fill(ctx, value_of(args, kwargs), ctx.out_shapes()[0])
+    return rule
+
+
+declare((T + "full",), numerics=lambda size, v, **k: np.full(size, v, dtype=np.float64),
+        rule=_creation(lambda a, k: a[1]), doc="constant fill")
+declare((T + "zeros",), numerics=lambda size, **k: np.zeros(size), rule=_creation(lambda a, k: 0), doc="zeros")
+declare((T + "ones",), numerics=lambda size, **k: np.ones(size), rule=_creation(lambda a, k: 1), doc="ones")
+declare((T + "zeros_like", T + "new_zeros"), numerics=lambda x, *a, **k: np.zeros(np.shape(x) if not a or not isinstance(a[0], (list, tuple)) else a[0]),
+        rule=_creation(lambda a, k: 0), doc="zeros")
+declare((T + "ones_like", T + "new_ones"), numerics=lambda x, *a, **k: np.ones(np.shape(x) if not a or not isinstance(a[0], (list, tuple)) else a[0]),
+        rule=_creation(lambda a, k: 1), doc="ones")
+declare((T + "full_like",), numerics=lambda x, v, **k: np.full(np.shape(x), v, dtype=np.float64),
+        rule=_creation(lambda a, k: a[1]), doc="constant fill")
+declare(T + "scalar_tensor", numerics=lambda v, **k: np.asarray(v, dtype=np.float64),
+        rule=_creation(lambda a, k: a[0]), doc="0-d constant")
+
+
+def _arange_rule(ctx: RuleCtx, *args, **kwargs):
+    s = ctx.out_shapes()[0]
+    return Val(ctx.terms.make("arange", template(args, {}), (), s), (None,))
+
+
+declare(T + "arange", numerics=lambda *a, **k: np.arange(*a, dtype=np.float64), rule=_arange_rule, doc="arange")
+
+
+def _empty_rule(ctx: RuleCtx, *args, **kwargs):
+    """Uninitialized memory carries no value: a fresh term that equals nothing."""
+    s = ctx.out_shapes()[0]
+    t = ctx.terms.make("empty", (ctx.rank, ctx.node.name, id(ctx.node)), (), s)
+    return layout.full(ctx.terms, t)
+
+
+declare((T + "empty", T + "empty_like", T + "new_empty", T + "empty_strided"),
+        numerics=lambda *a, **k: np.full(_empty_shape(a), np.nan), rule=_empty_rule, doc="uninitialized buffer")
+
+
+def _empty_shape(a):
+    first = a[0] if a else ()
+    return first if isinstance(first, (list, tuple)) else np.shape(first)
+
+
+declare(T + "copy", numerics=lambda dst, src, *a: np.broadcast_to(src, np.shape(dst)).astype(np.float64),
+        rule=lambda ctx, dst, src, *a: layout.expand(ctx.terms, src, shape_of(ctx.terms, dst)),
+        doc="functional copy_: the result is src broadcast to dst's shape")

@@ -1,0 +1,65 @@
+"""The op registry: one declaration per op, with everything the tool knows about it.
+
+An :class:`OpDef` holds the op's shape rule, its reference numerics (numpy, float64) and
+its relation rule (how the op transforms layouts and terms). Collectives declare rules
+over all ranks of a group at once. Adding an op is one ``declare(...)`` call; users can
+declare their own ops from a plug-in module the same way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..algebra.terms import TermStore
+
+
+@dataclass
+class RuleCtx:
+    """What a relation rule may look at: the term store, the node being interpreted
+    (for its declared output type and argument types), and the rank."""
+
+    terms: TermStore
+    node: Any = None
+    rank: int = 0
+    world_size: int = 1
+
+    def out_shapes(self) -> list[tuple[int, ...]]:
+        ty = self.node.type
+        return [t.shape for t in ty] if isinstance(ty, tuple) else [ty.shape]
+
+
+@dataclass
+class OpDef:
+    name: str
+    numerics: Callable[..., Any]
+    rule: Callable[..., Any]
+    shape: Callable[..., Any] | None = None
+    collective: bool = False
+    doc: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def declare(names: str | tuple[str, ...], *, numerics, rule, shape=None, collective=False, doc="") -> OpDef:
+    names = (names,) if isinstance(names, str) else names
+    opdef = OpDef(names[0], numerics, rule, shape, collective, doc)
+    for n in names:
+        REGISTRY[n] = opdef
+    return opdef
+
+
+def lookup(name: str) -> OpDef | None:
+    _load_builtin()
+    return REGISTRY.get(name)
+
+
+_loaded = False
+
+
+def _load_builtin() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        from . import aten, collectives  # noqa: F401  (declarations register themselves)

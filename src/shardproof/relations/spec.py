@@ -1,0 +1,190 @@
+"""The relation vocabulary (DESIGN.md section 1), as layouts over the single-device tensor.
+
+A relation answers, for rank r of N and a single-device tensor of a given shape, which
+elements rank r holds (one index vector per dim, None = all of it), or says the ranks'
+values sum (average, max, min) to it (Partial), or says nothing (Ignore).
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+
+class RelationError(ValueError):
+    """An ill-formed or inconsistent relation (bad input, exit code 3)."""
+
+
+def chunk_bounds(size: int, n: int, r: int) -> tuple[int, int]:
+    """torch.chunk semantics: blocks of ceil(size/n), the last ones may be short or empty."""
+    step = -(-size // n)
+    return min(size, r * step), min(size, (r + 1) * step)
+
+
+class Relation:
+    def layout(self, shape: Sequence[int], rank: int, world: int) -> Optional[tuple]:
+        """Index vectors rank `rank` holds, or None for non-layout relations."""
+        raise NotImplementedError
+
+    def local_shape(self, shape, rank, world) -> tuple[int, ...]:
+        vecs = self.layout(shape, rank, world)
+        if vecs is None:
+            return tuple(shape)
+        return tuple(s if v is None else len(v) for s, v in zip(shape, vecs))
+
+    def check(self, shape, world) -> None:
+        """Raise RelationError when the relation cannot apply to a tensor of `shape`."""
+
+
+@dataclass(frozen=True)
+class Replicate(Relation):
+    def layout(self, shape, rank, world):
+        return (None,) * len(shape)
+
+    def __str__(self):
+        return "Replicate()"
+
+
+@dataclass(frozen=True)
+class Shard(Relation):
+    dim: int
+
+    def check(self, shape, world):
+        if not -len(shape) <= self.dim < len(shape):
+            raise RelationError(f"Shard({self.dim}) names a dim the tensor of shape {list(shape)} does not have")
+
+    def layout(self, shape, rank, world):
+        self.check(shape, world)
+        d = self.dim % len(shape)
+        lo, hi = chunk_bounds(shape[d], world, rank)
+        vecs = [None] * len(shape)
+        if (lo, hi) != (0, shape[d]):
+            vecs[d] = np.arange(lo, hi, dtype=np.int64)
+        return tuple(vecs)
+
+    def __str__(self):
+        return f"Shard({self.dim})"
+
+
+@dataclass(frozen=True)
+class Interleaved(Relation):
+    """Rank r holds [seg0_r | seg1_r | ...] along `dim`; `sizes` are the segment sizes of
+    the single-device tensor (e.g. fused QKV: [q, k, v]). A segment with fewer blocks
+    than ranks (GQA: fewer KV heads than ranks) gives each block to consecutive ranks:
+    ``blocks`` optionally sets each segment's block count."""
+
+    dim: int
+    sizes: tuple
+    blocks: tuple | None = None
+
+    def check(self, shape, world):
+        if not -len(shape) <= self.dim < len(shape):
+            raise RelationError(f"Interleaved dim {self.dim} out of range for shape {list(shape)}")
+        if sum(self.sizes) != shape[self.dim % len(shape)]:
+            raise RelationError(f"Interleaved segment sizes {list(self.sizes)} sum to {sum(self.sizes)}, "
+                                f"but dim {self.dim} has size {shape[self.dim % len(shape)]}")
+
+    def layout(self, shape, rank, world):
+        self.check(shape, world)
+        parts, at = [], 0
+        for i, size in enumerate(self.sizes):
+            nb = world if self.blocks is None else self.blocks[i]
+            if world % nb and nb % world:
+                raise RelationError(f"Interleaved segment {i} has {nb} blocks, which does not fit {world} ranks")
+            b = rank * nb // world if nb <= world else rank
+            lo, hi = chunk_bounds(size, min(nb, world) if nb <= world else world, b)
+            parts.append(np.arange(at + lo, at + hi, dtype=np.int64))
+            at += size
+        vecs = [None] * len(shape)
+        vecs[self.dim % len(shape)] = np.concatenate(parts)
+        return tuple(vecs)
+
+    def __str__(self):
+        extra = f", blocks={list(self.blocks)}" if self.blocks else ""
+        return f"Interleaved({self.dim}, {list(self.sizes)}{extra})"
+
+
+@dataclass(frozen=True)
+class Slices(Relation):
+    dim: int
+    ranges: dict = field(hash=False)
+
+    def layout(self, shape, rank, world):
+        if rank not in self.ranges:
+            raise RelationError(f"Slices({self.dim}) gives no range for rank {rank}")
+        lo, hi = self.ranges[rank]
+        d = self.dim % len(shape)
+        if not 0 <= lo <= hi <= shape[d]:
+            raise RelationError(f"Slices range {lo}:{hi} is outside dim {self.dim} of size {shape[d]}")
+        vecs = [None] * len(shape)
+        vecs[d] = np.arange(lo, hi, dtype=np.int64)
+        return tuple(vecs)
+
+    def __str__(self):
+        return f"Slices({self.dim}, {dict(sorted(self.ranges.items()))})"
+
+
+@dataclass(frozen=True)
+class Partial(Relation):
+    op: str = "sum"
+
+    def __post_init__(self):
+        if self.op not in ("sum", "avg", "max", "min"):
+            raise RelationError(f"Partial reduce op must be sum, avg, max or min, not {self.op!r}")
+
+    def layout(self, shape, rank, world):
+        return None
+
+    def local_shape(self, shape, rank, world):
+        return tuple(shape)
+
+    def __str__(self):
+        return f'Partial("{self.op}")'
+
+
+@dataclass(frozen=True)
+class Ignore(Relation):
+    def layout(self, shape, rank, world):
+        return None
+
+    def local_shape(self, shape, rank, world):
+        raise RelationError("Ignore() gives no shape")
+
+    def __str__(self):
+        return "Ignore()"
+
+
+_NAMES = {"Replicate": Replicate, "Shard": Shard, "Partial": Partial, "Interleaved": Interleaved,
+          "Slices": Slices, "Ignore": Ignore, "repl": Replicate, "replicate": Replicate}
+
+
+def parse_relation(text) -> Relation:
+    """Parse ``Shard(0)``, ``Replicate()``, ``Interleaved(0, [8, 4, 4])``, ``cat 0``, ``repl``."""
+    if isinstance(text, Relation):
+        return text
+    s = str(text).strip()
+    m = re.fullmatch(r"cat\s+(-?\d+)", s)
+    if m:
+        return Shard(int(m.group(1)))
+    if s in _NAMES:
+        return _NAMES[s]()
+    try:
+        call = ast.parse(s, mode="eval").body
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.func.id not in _NAMES:
+            raise ValueError
+        args = [ast.literal_eval(a) for a in call.args]
+        kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+        if call.func.id == "Interleaved":
+            args = [args[0], tuple(args[1])] + args[2:]
+            if "blocks" in kwargs:
+                kwargs["blocks"] = tuple(kwargs["blocks"])
+        return _NAMES[call.func.id](*args, **kwargs)
+    except RelationError:
+        raise
+    except Exception:
+        raise RelationError(f"cannot read relation {s!r}; expected one of Replicate(), Shard(dim), "
+                            f"Partial(\"sum\"), Interleaved(dim, [sizes]), Slices(dim, {{rank: (start, stop)}}), "
+                            f"Ignore()") from None

@@ -1,0 +1,74 @@
+"""The terminal report (rich): verdict, outputs, findings with counterexamples, the input
+relations that were assumed, and the assumptions every verdict rests on."""
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..engine.result import Report
+
+STYLE = {"verified": "bold green", "violation": "bold red", "unknown": "bold yellow"}
+
+
+def verdict_line(report: Report) -> Text:
+    text = Text()
+    text.append(report.status.upper(), style=STYLE[report.status])
+    if report.strength:
+        text.append(f" ({report.strength})")
+    text.append(f"  {report.name or 'case'} at world size {report.world_size}")
+    if "seconds" in report.stats:
+        text.append(f"  [{report.stats['seconds']:.2f} s, {report.stats.get('nodes_dist', 0)} distributed nodes]",
+                    style="dim")
+    return text
+
+
+def _outputs(report: Report) -> Table:
+    table = Table(title="outputs", title_justify="left", show_edge=False)
+    table.add_column("output")
+    table.add_column("expected")
+    table.add_column("proved")
+    for o in report.outputs:
+        table.add_row(o.name, o.expected, Text(o.holds, style="green") if o.ok else Text("not proved", style="red"))
+    return table
+
+
+def _relations(report: Report) -> Table:
+    table = Table(title="input relations", title_justify="left", show_edge=False)
+    table.add_column("distributed input")
+    table.add_column("relation")
+    for name, rel in report.relations.items():
+        table.add_row(name, rel.split(": ", 1)[-1])
+    return table
+
+
+def _finding(i: int, f) -> Panel:
+    lines = [Text.assemble(("kind: ", "bold"), f.kind),
+             Text.assemble(("where: ", "bold"), f"node {f.node} ({f.op}) on rank(s) {', '.join(map(str, f.rank))}"
+                           + (f" at {f.source}" if f.source else "")),
+             Text.assemble(("expected: ", "bold"), f.expected, ("   actual: ", "bold"), f.actual),
+             Text(f.message)]
+    if f.counterexample:
+        cex = f.counterexample
+        lines.append(Text("counterexample:", style="bold"))
+        if cex.get("inputs"):
+            lines.append(Text("  inputs: " + "; ".join(f"{k} = {v}" for k, v in cex["inputs"].items()), style="dim"))
+        lines.append(Text(f"  single-device {cex.get('index', '')}:\n    " + str(cex.get("single_device")).replace("\n", "\n    ")))
+        lines.append(Text(f"  rank {cex.get('rank')} holds:\n    " + str(cex.get("distributed")).replace("\n", "\n    ")))
+    if f.hint:
+        lines.append(Text.assemble(("hint: ", "bold cyan"), f.hint))
+    return Panel(Group(*lines), title=f"finding {i}", title_align="left", border_style="red")
+
+
+def render(report: Report, console: Console | None = None, verbose: bool = False) -> None:
+    console = console or Console()
+    console.print(verdict_line(report))
+    if report.reason:
+        console.print(Text(report.reason, style="yellow"))
+    console.print(_outputs(report))
+    for i, f in enumerate(report.findings, 1):
+        console.print(_finding(i, f))
+    if verbose or report.status != "verified":
+        console.print(_relations(report))
+    console.print(Text("assumes: " + "; ".join(report.assumptions), style="dim"))

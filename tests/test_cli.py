@@ -1,0 +1,51 @@
+"""The CLI contract: exit codes, JSON report, clear one-paragraph errors."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+SHARDPROOF = [sys.executable, "-m", "shardproof.cli"]
+
+
+def run(*args, cwd=ROOT):
+    return subprocess.run(SHARDPROOF + list(args), cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_verified_exit_0():
+    p = run("verify", "examples/tp_mlp.py")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "VERIFIED" in p.stdout
+
+
+def test_violation_json(tmp_path):
+    out = tmp_path / "out.json"
+    p = run("verify", "examples/bugs/missing_allreduce.py", "--json", str(out))
+    assert p.returncode == 1, p.stdout + p.stderr
+    report = json.loads(out.read_text())
+    assert report["status"] == "violation"
+    f = report["findings"][0]
+    for key in ("kind", "rank", "node", "op", "source", "message"):
+        assert key in f
+    assert f["op"] == "aten.add" and f["rank"] == [0, 1]
+    assert "missing_allreduce.py" in f["source"]
+    assert {"seconds", "nodes_seq", "nodes_dist"} <= set(report["stats"])
+
+
+def test_missing_file_exit_3():
+    p = run("verify", "examples/does_not_exist.py")
+    assert p.returncode == 3
+    assert "does not exist" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_broken_case_file_exit_3(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def case(:\n")
+    p = run("verify", str(bad))
+    assert p.returncode == 3 and "not valid Python" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_help_has_examples():
+    p = run("verify", "--help")
+    assert p.returncode == 0 and "examples:" in p.stdout and "exit codes" in p.stdout
