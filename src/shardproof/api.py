@@ -5,14 +5,15 @@ the CLI is a thin shell over it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 
 from .case import Case
 from .engine.result import Report
-from .engine.verify import verify_graphs
-from .ir.graph import DistributedProgram
+from .engine.verify import differing_outputs, verify_graphs
+from .ir.graph import DistributedProgram, Graph
 from .relations.infer import load_yaml, parse_spec, resolve_inputs
 from .relations.spec import RelationError, parse_relation
 
@@ -52,9 +53,20 @@ def capture_case(case: Case, world_size: int | None = None, progress: Progress =
     return seq, DistributedProgram(graphs), seq_values, rank_values
 
 
-def verify_case(case: Case, world_size: int | None = None, relations: dict | None = None,
-                relations_file: str | None = None, progress: Progress = None) -> Report:
-    """Capture `case` at `world_size` (default: the case's) and verify it.
+@dataclass
+class Prepared:
+    """A captured case with its input relations: everything the engine needs."""
+    seq: Graph
+    dist: DistributedProgram
+    bindings: dict
+    expect: dict
+    examples: dict
+    name: str = ""
+
+
+def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
+            relations_file: str | None = None, progress: Progress = None) -> Prepared:
+    """Capture `case` at `world_size` (default: the case's) and relate its inputs.
 
     `relations` (name/glob -> relation) and a YAML `relations_file` add to and override
     the case's own relations; inputs no one names are related by value matching."""
@@ -72,7 +84,31 @@ def verify_case(case: Case, world_size: int | None = None, relations: dict | Non
             raise RelationError(f"the expectation names output {name!r}, but the single-device program's outputs "
                                 f"are: {', '.join(seq.outputs)}")
         expect[name] = parse_relation(rel)
+    return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values), case.name)
+
+
+def verify_case(case: Case, world_size: int | None = None, relations: dict | None = None,
+                relations_file: str | None = None, progress: Progress = None) -> Report:
+    """Capture and verify `case` (see :func:`prepare` for the options)."""
+    p = prepare(case, world_size, relations, relations_file, progress)
     if progress:
-        progress(f"verifying {len(dist.graphs)} ranks")
-    integer_inputs = {k: v for k, v in seq_values.items() if not np.issubdtype(v.dtype, np.floating)}
-    return verify_graphs(seq, dist, bindings, expect, examples=integer_inputs, name=case.name)
+        progress(f"verifying {p.dist.world_size} ranks")
+    return verify_prepared(p)
+
+
+def verify_prepared(p: Prepared) -> Report:
+    return verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name)
+
+
+def cross_check(p: Prepared, seeds=(0, 1, 2)) -> list[str]:
+    """Outputs that differ numerically between the programs on random inputs (a test
+    oracle for the proof rules: a verified case must never differ)."""
+    bad = set()
+    for seed in seeds:
+        bad.update(differing_outputs(p.seq, p.dist, p.bindings, p.expect, p.examples, seed=seed)[0])
+    return sorted(bad)
+
+
+def _integer_inputs(values: dict) -> dict:
+    """Integer data (token ids, labels) keep their example values; floats are drawn small."""
+    return {k: v for k, v in values.items() if not np.issubdtype(v.dtype, np.floating)}

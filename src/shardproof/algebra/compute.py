@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .layout import Val, canon_vec, materialize, same_vec, shape_of, vec_array, vec_key
+from .layout import Val, canon_vec, materialize, same_vec, shape_of, vec_array, vec_key, view_term
 from .terms import TermStore
 
 
@@ -65,9 +65,33 @@ def elementwise(terms: TermStore, op: str, attrs: tuple, vals: list[Val], commut
                 full_dims: Sequence[int] = ()) -> Val:
     vals, vecs, shape = _aligned(terms, vals, full_dims)
     children = tuple(v.t for v in vals)
+    lifted = _reshape_lifted(terms, children, shape)
+    if lifted is not None:
+        base, children = lifted
+        inner = terms.make(op, attrs, tuple(sorted(children)) if commutative else children, terms.shape(base))
+        return Val(view_term(terms, "reshape", (tuple(shape),), inner, shape), vecs)
     if commutative:
         children = tuple(sorted(children))
     return Val(terms.make(op, attrs, children, shape), vecs)
+
+
+def _reshape_lifted(terms: TermStore, children: tuple, shape: tuple):
+    """Normal form: elementwise ops apply *before* reshapes. ``f(reshape(x), b)`` becomes
+    ``reshape(f(x, b))`` when every other operand only spans trailing dims the reshape
+    keeps (a bias over the hidden dim of a ``[b*s, h] -> [b, s, h]`` view), so programs
+    that view before or after a bias add build the same term."""
+    for i, c in enumerate(children):
+        tc = terms[c]
+        if tc.op != "reshape" or tc.shape != tuple(shape):
+            continue
+        base = tc.children[0]
+        bs = terms.shape(base)
+        others = [o for j, o in enumerate(children) if j != i]
+        k = max((len(terms.shape(o)) for o in others), default=0)
+        if k >= len(shape) or k > len(bs) or tuple(bs[len(bs) - k:]) != tuple(shape[len(shape) - k:]):
+            continue
+        return base, children[:i] + (base,) + children[i + 1:]
+    return None
 
 
 def rowwise(terms: TermStore, op: str, attrs: tuple, vals: list[Val], ndims: int,

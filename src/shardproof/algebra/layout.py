@@ -67,6 +67,16 @@ def vec_key(v: Vec):
     return None if v is None else v.tobytes()
 
 
+def scalar_value(terms: TermStore, val: Val):
+    """The Python number a 0-d constant (or a broadcast of one) holds, else None."""
+    t = terms[val.t]
+    while t.op == "expand" or (t.op == "reshape" and np.prod(t.shape) == 1):
+        t = terms[t.children[0]]
+    if t.op != "const" or t.attrs[1] != ():
+        return None
+    return np.frombuffer(t.attrs[2], dtype=np.dtype(t.attrs[0])).item()
+
+
 # ---------------------------------------------------------------- materialize
 
 def materialize(terms: TermStore, val: Val, dims: Sequence[int] | None = None) -> Val:

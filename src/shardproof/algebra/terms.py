@@ -16,6 +16,19 @@ class Term:
     shape: tuple[int, ...]
 
 
+# op -> rewrite rules applied when a term with that head is built: each takes
+# (store, attrs, children, shape) and returns an equal term's id, or None.
+REWRITES: dict[str, list] = {}
+
+
+def rewrite(op: str):
+    """Register a rewrite for terms headed by `op` (see :mod:`shardproof.algebra.lemmas`)."""
+    def register(fn):
+        REWRITES.setdefault(op, []).append(fn)
+        return fn
+    return register
+
+
 class TermStore:
     """Interns terms: structurally equal terms get the same integer id."""
 
@@ -24,6 +37,10 @@ class TermStore:
         self._ids: dict[tuple, int] = {}
 
     def make(self, op: str, attrs: tuple, children: tuple[int, ...], shape) -> int:
+        for rule in REWRITES.get(op, ()):
+            out = rule(self, attrs, tuple(children), tuple(shape))
+            if out is not None:
+                return out
         key = (op, attrs, tuple(children))
         tid = self._ids.get(key)
         if tid is None:

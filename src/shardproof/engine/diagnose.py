@@ -138,10 +138,8 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                     "text": f"single-device {ref_name}{_fmt_index(sl)} = {_fmt(pair[0])}; rank {r} holds {_fmt(pair[1])}",
                 }
     kind, hint = _classify(node, input_rels, ranks, world, ratio)
-    rels_text = ", ".join(
-        f"{x.name}: " + ("unrelated" if rel is None else (f'Partial("{rel.partial}") of {rel.seq_node.name}' if rel.partial
-                                                          else f"held from {rel.seq_node.name}"))
-        for x, rel in zip(inputs, input_rels))
+    rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
+                          for x, rel in zip(inputs, input_rels))
     message = (f"{node.name} = {node.op}(...) on rank(s) {', '.join(map(str, ranks))} is not related to any single-device "
                f"tensor" + (f" (expected {expected_text})" if ref_name else "") + f"; its inputs: {rels_text or 'none'}")
     return Finding(kind, ranks, node.name, node.op, _src(node), expected_text, "none", message, hint, cex)

@@ -22,7 +22,7 @@ from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation
 from ..relations.spec import Ignore, Partial, Relation, RelationError, Replicate, Shard, Slices, chunk_bounds
-from .numeric import NumericError, evaluate
+from .numeric import evaluate
 from .result import Finding, OutputCheck, Report
 from .symbolic import SymbolicRun, interpret
 
@@ -32,9 +32,8 @@ ASSUMPTIONS = [
     "random ops (dropout) draw the same randomness for corresponding elements",
     "uninitialized (empty) buffers carry no value",
 ]
-CREATION_OPS = {"aten.full", "aten.zeros", "aten.ones", "aten.arange", "aten.scalar_tensor", "aten.zeros_like",
-                "aten.ones_like", "aten.full_like", "aten.new_zeros", "aten.new_ones", "constant"}
-
+VIEW_TERMS = ("reshape", "permute")
+VARYING_LEAVES = {"input", "ignored", "opaque", "partial_input"}
 
 # ---------------------------------------------------------------- relations of tensors
 
@@ -45,6 +44,8 @@ class Related:
     partial: Optional[str] = None
 
     def describe(self) -> str:
+        if self.partial in ("view", "const", "input"):
+            return {"view": "a view", "const": "a constant", "input": "an input"}[self.partial]
         return f'Partial("{self.partial}")' if self.partial else "held"
 
 
@@ -80,6 +81,7 @@ class Relater:
     def __init__(self, terms: TermStore, seq: Graph, seq_env: dict):
         self.terms = terms
         self.by_term: dict[int, list[tuple[Node, Val]]] = {}
+        self._constant: dict[int, bool] = {}
         vals = [(node, v) for node in seq.nodes for v in _tensor_vals(seq_env.get(node))]
         for node, v in vals:
             self.by_term.setdefault(v.t, []).append((node, v))
@@ -105,7 +107,24 @@ class Relater:
                 if all(p is None for p in pos):
                     return rel
                 best = best or rel
-        return best
+        return best or self._view_of_known(dval.t)
+
+    def is_constant(self, t: int) -> bool:
+        """Whether a term depends on no input (masks, ranges, fills built in the program)."""
+        if t not in self._constant:
+            term = self.terms[t]
+            self._constant[t] = term.op not in VARYING_LEAVES and all(self.is_constant(c) for c in term.children)
+        return self._constant[t]
+
+    def _view_of_known(self, t: int) -> Optional[Related]:
+        """A reshape/permute of a value the single-device program computes is related
+        (as a view of it): the programs may merely view it differently."""
+        seen = 0
+        while self.terms[t].op in VIEW_TERMS and seen < 8:
+            t, seen = self.terms[t].children[0], seen + 1
+            if t in self.by_term:
+                return Related(self.by_term[t][0][0], None, "view")
+        return None
 
     def partial(self, dvals: list) -> Optional[Related]:
         if len(dvals) < 2 or not all(isinstance(v, Val) for v in dvals):
@@ -276,12 +295,10 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
 
     # The rules did not prove it: look for numeric evidence of a real difference.
     try:
-        s_in, d_in = numeric_inputs(seq, dist, bindings, examples)
-        s_env, d_envs = evaluate(seq, dist, s_in, d_in)
-    except (NumericError, Exception) as exc:  # numerics unavailable: cannot confirm a violation
+        differing, (s_in, s_env, d_envs) = differing_outputs(seq, dist, bindings, expect, examples, broken)
+    except Exception as exc:  # numerics unavailable: cannot confirm a violation
         return finish("unknown", reason=f"no proof for output(s) {', '.join(broken)}, and the programs could not "
                                         f"be evaluated numerically to confirm a difference ({exc})")
-    differing = [o for o in broken if _output_differs(seq, dist, o, expect.get(o), s_env, d_envs)]
     if not differing:
         first = _localize(run, relater, seq, dist, broken)
         where = f" (relations stop at node {first[0].name}, op {first[0].op})" if first else ""
@@ -289,6 +306,17 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
                                         f"random inputs shows no difference, so this may be a missing lemma")
     report.findings = _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs)
     return finish("violation")
+
+
+def differing_outputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
+                      expect: dict | None = None, examples: dict | None = None, names=None, seed: int = 0):
+    """Outputs whose distributed values do not relate to the single-device values as
+    expected, on one numeric instance (evidence, never proof); also returns the instance."""
+    s_in, d_in = numeric_inputs(seq, dist, bindings, examples, seed)
+    s_env, d_envs = evaluate(seq, dist, s_in, d_in)
+    expect = expect or {}
+    names = list(seq.outputs) if names is None else names
+    return [o for o in names if _output_differs(seq, dist, o, expect.get(o), s_env, d_envs)], (s_in, s_env, d_envs)
 
 
 def _src(node: Node) -> str | None:
@@ -404,8 +432,11 @@ def _status(run: SymbolicRun, relater: Relater, dist: DistributedProgram):
             v = run.dist[r].get(n)
             if not isinstance(v, Val):
                 continue
-            if n.op in CREATION_OPS or n.op == "input":
-                status[r][n] = Related(n, None, "const") if n.op != "input" else relater.direct(v) or Related(n, None, "input")
+            if n.op == "input":
+                status[r][n] = relater.direct(v) or Related(n, None, "input")
+                continue
+            if relater.is_constant(v.t):
+                status[r][n] = Related(n, None, "const")
                 continue
             rel = relater.direct(v)
             if rel is None:

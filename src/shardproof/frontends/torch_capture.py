@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..ir.graph import Graph, Node, Source, TensorType
@@ -265,7 +266,7 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
 
     try:
         with functional_collectives(), user_stack_traces():
-            gm = make_fx(torch.func.functionalize(flat_fn, remove="mutations"),
+            gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
                          record_stack_traces=True)(*inputs.values())
     except Exception as exc:
         raise CaptureError(f"tracing {label or 'the program'} failed: {type(exc).__name__}: {exc}") from exc

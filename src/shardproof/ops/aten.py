@@ -22,10 +22,25 @@ _UNARY = {
     "silu": lambda x: x / (1.0 + np.exp(-x)), "sin": np.sin, "cos": np.cos, "abs": np.abs,
     "reciprocal": lambda x: 1.0 / x, "erf": erf, "log1p": np.log1p, "expm1": np.expm1,
     "logical_not": np.logical_not, "bitwise_not": np.logical_not, "square": np.square,
-    "isinf": np.isinf, "isnan": np.isnan,
+    "isinf": np.isinf, "isnan": np.isnan, "sign": np.sign,
 }
 for _name, _fn in _UNARY.items():
     elementwise_op(T + _name, lambda x, *a, _fn=_fn, **k: _fn(as_float(x) if np.asarray(x).dtype != bool else x))
+
+
+def _triangle(kind: str, numerics):
+    """triu/tril keep elements by their position in the last two dims: exact when those
+    dims are whole, and commute with any selection of the leading (batch) dims."""
+    def rule(ctx: RuleCtx, x: Val, diagonal=0):
+        if any(v is not None for v in x.vecs[-2:]):
+            raise ValueError(f"{kind} of a tensor that is sliced in its last two dims depends on global positions")
+        return compute.elementwise(ctx.terms, kind, (int(diagonal),), [x])
+    declare(T + kind, numerics=lambda x, diagonal=0: numerics(x, diagonal), rule=rule, shape=lambda x, *a: x,
+            doc=f"{kind} over the last two dims")
+
+
+_triangle("triu", np.triu)
+_triangle("tril", np.tril)
 
 
 def _gelu(x, approximate="none"):
@@ -47,8 +62,9 @@ _BINARY = {
     "bitwise_and": (np.logical_and, True), "bitwise_or": (np.logical_or, True),
     "remainder": (np.remainder, False), "floor_divide": (np.floor_divide, False),
 }
+_BOOL_TERMS = {"logical_and": "and", "bitwise_and": "and", "logical_or": "or", "bitwise_or": "or"}
 for _name, (_fn, _comm) in _BINARY.items():
-    elementwise_op(T + _name, _fn, commutative=_comm)
+    elementwise_op(T + _name, _fn, commutative=_comm, term=_BOOL_TERMS.get(_name))
 
 LINEARITY.update({"sub": "all", "scale": "all"})
 
@@ -508,6 +524,9 @@ def _index_put_rule(ctx: RuleCtx, x: Val, indices, values, accumulate=False):
         mask = indices[0]
         for _ in range(len(x.vecs) - len(mask.vecs)):
             mask = layout.unsqueeze(ctx.terms, mask, -1)
+        fill = layout.scalar_value(ctx.terms, values)
+        if fill is not None:  # x[mask] = c: the same term as masked_fill(x, mask, c)
+            return compute.elementwise(ctx.terms, "where", ("$", freeze(fill), "$", ()), [mask, x])
         return compute.elementwise(ctx.terms, "where", ("$", "$", "$", ()), [mask, values, x])
     return _opaque("index_put")(ctx, x, indices, values, accumulate)
 
