@@ -5,6 +5,9 @@ rank r owns rows [lo, hi) of the table, masks ids outside its range, looks up lo
 and zeroes the masked rows; summed over ranks whose ranges tile the table this is the
 plain lookup. Each step is a general identity, stated as a pattern:
 
+The same holds for picking one element per row from column blocks (Megatron's
+vocab-parallel cross-entropy picks the target logit that way).
+
 1. ``embedding(W[lo:hi], where(ids<lo | ids>=hi, c, ids-lo))`` equals
    ``embedding(W, ids)`` wherever ``lo <= ids < hi``        -> ``lookup_in(W, ids, lo, hi)``
 2. ``where(ids<lo | ids>=hi, 0, lookup_in(...))`` is zero outside the range
@@ -14,6 +17,8 @@ plain lookup. Each step is a general identity, stated as a pattern:
 """
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from .patterns import Const, P, V, first_match, match, through_views
@@ -22,20 +27,26 @@ from .terms import TermStore, rewrite
 
 OUTSIDE = P("or", P("lt", V("ids"), _1=Const("lo")), P("ge", V("ids"), _1=Const("hi")))
 MASKED_IDS = P("where", OUTSIDE, P("sub", V("ids"), _1=Const("lo")))
-ROWS = P("gather", V("W"), _0=Const("rows"), _1=None)
+# the owned block of the table: rows (embedding) or columns (one pick per row)
+BLOCK = {"embedding": P("gather", V("W"), _0=Const("rows"), _1=None),
+         "take_along": P("gather", V("W"), _0=None, _1=Const("rows"))}
 
 
-@rewrite("embedding")
-def _lookup_in_range(terms: TermStore, attrs, children, shape):
-    table, ids = children
-    env = match(terms, table, ROWS)
-    env = env and match(terms, ids, MASKED_IDS, env)
-    if not env or not isinstance(env["lo"], int) or not isinstance(env["hi"], int):
-        return None
-    rows = np.frombuffer(env["rows"], dtype=np.int64)
-    if not np.array_equal(rows, np.arange(env["lo"], env["hi"])):
-        return None
-    return terms.make("lookup_in", (env["lo"], env["hi"]), (env["W"], env["ids"]), shape)
+def _lookup_in_range(kind: str):
+    def rule(terms: TermStore, attrs, children, shape):
+        table, ids = children
+        env = match(terms, table, BLOCK[kind])
+        env = env and match(terms, ids, MASKED_IDS, env)
+        if not env or not isinstance(env["lo"], int) or not isinstance(env["hi"], int):
+            return None
+        if not np.array_equal(np.frombuffer(env["rows"], dtype=np.int64), np.arange(env["lo"], env["hi"])):
+            return None
+        return terms.make("lookup_in", (kind, attrs, env["lo"], env["hi"]), (env["W"], env["ids"]), shape)
+    rewrite(kind)(rule)
+
+
+_lookup_in_range("embedding")
+_lookup_in_range("take_along")
 
 
 @rewrite("where")
@@ -46,7 +57,7 @@ def _zero_outside_range(terms: TermStore, attrs, children, shape):
     inner = terms[value]
     if inner.op != "lookup_in":
         return None
-    lo, hi = inner.attrs
+    _, _, lo, hi = inner.attrs
     env = first_match(terms, mask, through_views(OUTSIDE), {"ids": inner.children[1], "lo": lo, "hi": hi})
     if env is None:
         return None
@@ -55,14 +66,168 @@ def _zero_outside_range(terms: TermStore, attrs, children, shape):
 
 def _tiled_lookups(terms: TermStore, ts: list[int]):
     pieces = [terms[t] for t in ts]
-    if any(p.op != "range_lookup" or p.children != pieces[0].children for p in pieces):
+    if any(p.op != "range_lookup" or p.children != pieces[0].children or p.attrs[:2] != pieces[0].attrs[:2]
+           for p in pieces):
         return None
+    kind, op_attrs = pieces[0].attrs[:2]
     table = pieces[0].children[0]
-    ranges = sorted(p.attrs for p in pieces)
-    if ranges[0][0] != 0 or ranges[-1][1] != terms.shape(table)[0] \
-            or any(a[1] != b[0] for a, b in zip(ranges, ranges[1:])):
+    size = terms.shape(table)[0 if kind == "embedding" else 1]
+    ranges = sorted(p.attrs[2:] for p in pieces)
+    if ranges[0][0] != 0 or ranges[-1][1] != size or any(a[1] != b[0] for a, b in zip(ranges, ranges[1:])):
         return None
-    return terms.make("embedding", (), pieces[0].children, pieces[0].shape)
+    return terms.make(kind, op_attrs, pieces[0].children, pieces[0].shape)
 
 
 RANK_SUM_LEMMAS.append(_tiled_lookups)
+
+
+# ---------------------------------------------------------------- linear normal form
+#
+# Sums, differences and exact scalings are one term ``lin(c_1 t_1 + ... + c_k t_k)``
+# with children sorted and like terms merged, so that ``(L - M) - (P - M)`` and
+# ``-(P - L)`` are the same term ``L - P``.
+
+def linear_parts(terms: TermStore, t: int) -> dict[int, Fraction]:
+    term = terms[t]
+    if term.op == "lin":
+        return dict(zip(term.children, term.attrs))
+    return {t: Fraction(1)}
+
+
+def linear(terms: TermStore, parts: dict[int, Fraction], shape) -> int | None:
+    """Build the normal form of Σ c·t (None when everything cancels)."""
+    parts = {t: c for t, c in parts.items() if c != 0}
+    if not parts:
+        return None
+    if len(parts) == 1:
+        (t, c), = parts.items()
+        if c == 1 and terms.shape(t) == tuple(shape):
+            return t
+    kids = tuple(sorted(parts))
+    return terms.make("lin", tuple(parts[k] for k in kids), kids, shape)
+
+
+def _merge(terms, weighted, shape):
+    acc: dict[int, Fraction] = {}
+    for t, w in weighted:
+        for k, c in linear_parts(terms, t).items():
+            acc[k] = acc.get(k, Fraction(0)) + w * c
+    return linear(terms, acc, shape)
+
+
+@rewrite("add")
+def _add_linear(terms, attrs, children, shape):
+    return _merge(terms, [(c, Fraction(1)) for c in children], shape) if len(children) == 2 else None
+
+
+@rewrite("sub")
+def _sub_linear(terms, attrs, children, shape):
+    if len(children) != 2 or attrs[:2] != ("$", "$"):
+        return None
+    return _merge(terms, [(children[0], Fraction(1)), (children[1], Fraction(-1))], shape)
+
+
+@rewrite("scale")
+def _scale_linear(terms, attrs, children, shape):
+    return _merge(terms, [(children[0], Fraction(attrs[0]))], shape)
+
+
+def _sum_linear(terms: TermStore, ts: list[int]):
+    """Σ_r of linear forms: parts common to all ranks scale by N; the rest pair up by
+    coefficient (one part per coefficient per rank) and sum recursively."""
+    from .ranks import sum_terms
+    forms = [linear_parts(terms, t) for t in ts]
+    if all(len(f) == 1 and next(iter(f.values())) == 1 for f in forms):
+        return None
+    shape = terms[ts[0]].shape
+    common = {t: c for t, c in forms[0].items() if all(f.get(t) == c for f in forms)}
+    acc = {t: c * len(ts) for t, c in common.items()}
+    rest = [{t: c for t, c in f.items() if t not in common} for f in forms]
+    coefs = sorted(rest[0].values())
+    if any(sorted(r.values()) != coefs for r in rest) or len(set(coefs)) != len(coefs):
+        return None
+    for c in coefs:
+        picked = [next(t for t, cc in r.items() if cc == c) for r in rest]
+        summed = sum_terms(terms, picked)
+        acc[summed] = acc.get(summed, Fraction(0)) + c
+    return linear(terms, acc, shape)
+
+
+RANK_SUM_LEMMAS.append(_sum_linear)
+
+
+@rewrite("sum")
+def _sum_of_linear(terms, attrs, children, shape):
+    """sum(Σ c·t) = Σ c·sum(t) when every part spans the whole operand."""
+    inner = terms[children[0]]
+    if inner.op != "lin" or any(terms.shape(k) != inner.shape for k in inner.children):
+        return None
+    return linear(terms, {terms.make("sum", attrs, (k,), shape): c for k, c in zip(inner.children, inner.attrs)},
+                  shape)
+
+
+# ---------------------------------------------------------------- log-sum-exp
+
+def _constant_along(terms, t: int, full_shape, dims) -> bool:
+    """Whether term `t`, broadcast to `full_shape`, is constant along `dims`."""
+    s = terms.shape(t)
+    off = len(full_shape) - len(s)
+    return all(d < off or s[d - off] == 1 for d in dims)
+
+
+def _drop_dims(terms, t: int, full_shape, dims, out_shape) -> int:
+    """The broadcast term `t` seen at the reduced shape (its size-1 reduced dims dropped)."""
+    from .layout import view_term
+    return view_term(terms, "reshape", (tuple(out_shape),), t, out_shape) if terms.shape(t) != tuple(out_shape) else t
+
+
+@rewrite("log")
+def _log_sum_exp(terms, attrs, children, shape):
+    """log Σ_d exp(x + c) = lse_d(x) + c for c constant along d (the max-shift trick)."""
+    s = terms[children[0]]
+    if s.op != "sum" or s.attrs[2] is not None or terms[s.children[0]].op != "exp":
+        return None
+    dims, keepdim = s.attrs[0], s.attrs[1]
+    arg = terms[s.children[0]].children[0]
+    full_shape = terms.shape(arg)
+    parts = linear_parts(terms, arg)
+    varying = {t: c for t, c in parts.items() if not _constant_along(terms, t, full_shape, dims)}
+    if not varying:
+        return None
+    x = linear(terms, varying, full_shape)
+    lse = terms.make("logsumexp", (dims, keepdim), (x,), shape)
+    acc = {lse: Fraction(1)}
+    for t, c in parts.items():
+        if t not in varying:
+            acc[_drop_dims(terms, t, full_shape, dims, shape)] = c
+    return linear(terms, acc, shape)
+
+
+@rewrite("log_softmax")
+def _log_softmax(terms, attrs, children, shape):
+    """log_softmax(x) = x - lse(x) over the last dim (rowwise form)."""
+    x = children[0]
+    nd = len(shape)
+    lse = terms.make("logsumexp", ((nd - 1,), False), (x,), shape[:-1])
+    from .layout import view_term
+    kept = view_term(terms, "reshape", (tuple(shape[:-1]) + (1,),), lse, tuple(shape[:-1]) + (1,))
+    return linear(terms, {x: Fraction(1), kept: Fraction(-1)}, shape)
+
+
+# ---------------------------------------------------------------- picking one element per row
+
+@rewrite("take_along")
+def _take_along_linear(terms, attrs, children, shape):
+    """x[i, t_i] of Σ c·part: parts constant along the picked dim are just broadcast."""
+    (dim,), (x, idx) = attrs, children
+    inner = terms[x]
+    if inner.op != "lin":
+        return None
+    full_shape = inner.shape
+    acc = {}
+    for part, c in zip(inner.children, inner.attrs):
+        if _constant_along(terms, part, full_shape, (dim,)):
+            acc[_drop_dims(terms, part, full_shape, (dim,), shape)] = c
+        else:
+            acc[terms.make("take_along", attrs, (part, idx), shape)] = c
+    return linear(terms, acc, shape)

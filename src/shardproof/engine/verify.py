@@ -31,6 +31,7 @@ ASSUMPTIONS = [
     "dtype casts preserve value (precision differences are not proof obligations)",
     "random ops (dropout) draw the same randomness for corresponding elements",
     "uninitialized (empty) buffers carry no value",
+    "class targets and token ids are valid indices (no ignore_index entries)",
 ]
 VIEW_TERMS = ("reshape", "permute")
 VARYING_LEAVES = {"input", "ignored", "opaque", "partial_input"}

@@ -494,7 +494,17 @@ def _index_num(x, indices):
                                for i in indices)]
 
 
+def _is_row_range(terms, idx, n: int) -> bool:
+    """Whether `idx` is the constant arange(0, n)."""
+    t = terms[idx.t]
+    return t.op == "arange" and t.shape == (n,) and [a for a in t.attrs[:-1] if a != "$"] in ([n], [0, n], [0, n, 1])
+
+
 def _index_rule(ctx: RuleCtx, x: Val, indices):
+    if (len(indices) == 2 and all(isinstance(i, Val) for i in indices) and len(x.vecs) == 2
+            and _is_row_range(ctx.terms, indices[0], shape_of(ctx.terms, x)[0])
+            and shape_of(ctx.terms, indices[1]) == (shape_of(ctx.terms, x)[0],)):
+        return _take_along(ctx, x, layout.materialize(ctx.terms, indices[1]), 1)  # x[arange(n), idx]
     vals = [i for i in indices if isinstance(i, Val)]
     x = layout.materialize(ctx.terms, x)
     vals = [layout.materialize(ctx.terms, v) for v in vals]
@@ -548,7 +558,31 @@ def _nll_num(logp, target, weight=None, reduction=1, ignore_index=-100):
     return out, np.asarray(total)
 
 
-declare(T + "nll_loss_forward", numerics=_nll_num, rule=_opaque("nll_loss"), doc="negative log-likelihood")
+def _take_along(ctx: RuleCtx, x: Val, idx: Val, dim: int) -> Val:
+    """x[i, idx_i] along `dim`: exact on a selection of the other dims when idx is whole."""
+    x = layout.materialize(ctx.terms, x, [dim])
+    vecs = x.vecs[:dim] + x.vecs[dim + 1:]
+    if any(v is not None for v in idx.vecs) or any(v is not None for v in vecs):
+        x, idx, vecs = layout.materialize(ctx.terms, x), layout.materialize(ctx.terms, idx), (None,) * len(vecs)
+    shape = ctx.terms.shape(idx.t)
+    return Val(ctx.terms.make("take_along", (dim,), (x.t, idx.t), shape), tuple(vecs))
+
+
+def _nll_rule(ctx: RuleCtx, logp: Val, target: Val, weight=None, reduction=1, ignore_index=-100):
+    """-logp[i, target_i], reduced; assumes no target equals ignore_index (stated)."""
+    if weight is not None:
+        raise ValueError("nll_loss with class weights has no rule")
+    picked = _take_along(ctx, logp, target, len(logp.vecs) - 1)
+    n = prod(shape_of(ctx.terms, picked))
+    if reduction == 0:
+        loss = _scaled(ctx, picked, -1)
+    else:
+        total = compute.reduction(ctx.terms, "sum", (), picked, list(range(len(picked.vecs))), False, combinable=True)
+        loss = _scaled(ctx, total, Fraction(-1, n) if reduction == 1 else -1)
+    return loss, _fill(ctx, float(n), ())
+
+
+declare(T + "nll_loss_forward", numerics=_nll_num, rule=_nll_rule, doc="negative log-likelihood (targets valid)")
 
 # ------------------------------------------------------------------ attention
 
