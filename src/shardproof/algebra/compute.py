@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .layout import Val, canon_vec, materialize, same_vec, shape_of, vec_array, vec_key, view_term
+from .layout import Val, canon_vec, materialize, same_vec, shape_of, truncate, vec_array, vec_key, view_term
 from .terms import TermStore
 
 
@@ -164,6 +164,9 @@ def dot(terms: TermStore, a: Val, b: Val, lhs_batch: Sequence[int], rhs_batch: S
     pairs = list(zip(lhs_batch, rhs_batch)) + list(zip(lhs_contract, rhs_contract))
     ash, bsh = terms.shape(a.t), terms.shape(b.t)
     for i, j in pairs:
+        if ash[i] != bsh[j] and same_vec(a.vecs[i], b.vecs[j]):
+            a, b = truncate(terms, a, i, min(ash[i], bsh[j])), truncate(terms, b, j, min(ash[i], bsh[j]))
+            ash, bsh = terms.shape(a.t), terms.shape(b.t)
         if not (ash[i] == bsh[j] and same_vec(a.vecs[i], b.vecs[j])):
             a, b = materialize(terms, a, [i]), materialize(terms, b, [j])
     ash, bsh = terms.shape(a.t), terms.shape(b.t)

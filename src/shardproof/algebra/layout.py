@@ -92,6 +92,27 @@ def materialize(terms: TermStore, val: Val, dims: Sequence[int] | None = None) -
     return Val(t, rest)
 
 
+def truncate(terms: TermStore, val: Val, dim: int, size: int) -> Val:
+    """Cut dim `dim` of the term to its first `size` positions, keeping the selection
+    (all selected positions lie below `size`). Two programs that select the same
+    positions of terms of different extents (a head block of a fused projection in one,
+    of the whole in the other) then contract against the same term."""
+    ts = terms.shape(val.t)
+    if ts[dim] == size:
+        return val
+    v = val.vecs[dim]
+    if v is None or not len(v) or v.max() >= size:
+        return materialize(terms, val, [dim])
+    sel = [None] * len(ts)
+    sel[dim] = np.arange(size, dtype=np.int64)
+    shape = list(ts)
+    shape[dim] = size
+    t = terms.make("gather", tuple(vec_key(x) for x in sel), (val.t,), shape)
+    vecs = list(val.vecs)
+    vecs[dim] = None if v is None else canon_vec(v, size)
+    return Val(t, tuple(vecs))
+
+
 # ---------------------------------------------------------------- views
 
 def view_term(terms: TermStore, op: str, attrs: tuple, t: int, shape) -> int:

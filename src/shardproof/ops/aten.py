@@ -603,6 +603,25 @@ def _sdpa_num(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=Non
     return np.matmul(e / e.sum(-1, keepdims=True), v), lse
 
 
+def _paired_shift(terms, ops: list, d: int):
+    """Batch/head dim `d` of q, k, v: if k and v select the positions of q shifted by
+    constants (q, k, v heads cut from one fused projection), those shifts; else None.
+    Attention pairs the i-th q head with the i-th k and v heads, so the shift, not the
+    absolute positions, is what the term records; the output selects q's positions."""
+    sizes = {terms.shape(o.t)[d] for o in ops}
+    if len(sizes) != 1:
+        return None
+    size = sizes.pop()
+    base = layout.vec_array(ops[0].vecs[d], size)
+    out = []
+    for o in ops[1:]:
+        diff = layout.vec_array(o.vecs[d], size) - base if len(layout.vec_array(o.vecs[d], size)) == len(base) else None
+        if diff is None or len(diff) == 0 or not (diff == diff[0]).all():
+            return None
+        out.append(int(diff[0]))
+    return tuple(out)
+
+
 def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
     """Attention is exact on any common selection of the batch/head dims, and on a
     selection of query rows unless a causal mask ties rows to absolute positions."""
@@ -612,10 +631,13 @@ def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=Fa
     k = layout.materialize(terms, k, [nd - 2, nd - 1])
     v = layout.materialize(terms, v, [nd - 2, nd - 1])
     ops = [q, k, v]
+    shifts = []
     for d in range(nd - 2):
-        ref = ops[0]
-        if not all(terms.shape(o.t)[d] == terms.shape(ref.t)[d] and layout.same_vec(o.vecs[d], ref.vecs[d]) for o in ops):
+        shift = _paired_shift(terms, ops, d)
+        if shift is None:
             ops = [layout.materialize(terms, o, [d]) for o in ops]
+            shift = (0, 0)
+        shifts.append(shift)
     q, k, v = ops
     children = (q.t, k.t, v.t)
     if isinstance(attn_mask, Val):
@@ -623,7 +645,7 @@ def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=Fa
         m = layout.materialize(terms, m, [d for d in range(len(m.vecs) - 1)
                                           if not layout.same_vec(m.vecs[d], q.vecs[d + nd - len(m.vecs)])])
         children += (m.t,)
-    attrs = (freeze(dropout_p), bool(is_causal), freeze(scale))
+    attrs = (freeze(dropout_p), bool(is_causal), freeze(scale), tuple(shifts))
     qs = terms.shape(q.t)
     out = Val(terms.make("sdpa", attrs + (0,), children, qs[:-1] + (terms.shape(v.t)[-1],)), q.vecs[:-1] + (None,))
     lse = Val(terms.make("sdpa", attrs + (1,), children, qs[:-1]), q.vecs[:-1])
