@@ -148,7 +148,7 @@ def slice_(terms: TermStore, val: Val, dim: int, start, stop, step: int = 1) -> 
     new = v[slice(start, stop, step)]
     vecs = list(val.vecs)
     vecs[dim] = canon_vec(new, ts[dim])
-    return Val(val.t, tuple(vecs))
+    return within_piece(terms, Val(val.t, tuple(vecs)), dim)
 
 
 def take(terms: TermStore, val: Val, dim: int, index: np.ndarray) -> Val:
@@ -157,7 +157,37 @@ def take(terms: TermStore, val: Val, dim: int, index: np.ndarray) -> Val:
     v = vec_array(val.vecs[dim], ts[dim])
     vecs = list(val.vecs)
     vecs[dim] = canon_vec(v[np.asarray(index, dtype=np.int64)], ts[dim])
-    return Val(val.t, tuple(vecs))
+    return within_piece(terms, Val(val.t, tuple(vecs)), dim)
+
+
+def unmaterialize(terms: TermStore, val: Val) -> Val:
+    """``gather(x, sel)[vecs]`` is ``x[sel ∘ vecs]``: undo a materialization."""
+    term = terms[val.t]
+    if term.op != "gather":
+        return val
+    inner = terms.shape(term.children[0])
+    vecs = []
+    for d, key in enumerate(term.attrs):
+        sel = np.arange(inner[d], dtype=np.int64) if key is None else np.frombuffer(key, dtype=np.int64)
+        vecs.append(canon_vec(sel[vec_array(val.vecs[d], term.shape[d])], inner[d]))
+    return Val(term.children[0], tuple(vecs))
+
+
+def within_piece(terms: TermStore, val: Val, dim: int) -> Val:
+    """A selection along `dim` of ``cat(p_0, p_1, ...)`` that falls inside one piece is a
+    selection of that piece (gathering and then splitting returns what was gathered)."""
+    term = terms[val.t]
+    if term.op != "cat" or term.attrs[0] != dim or val.vecs[dim] is None or not len(val.vecs[dim]):
+        return val
+    v, at = val.vecs[dim], 0
+    for piece in term.children:
+        size = terms.shape(piece)[dim]
+        if at <= v.min() and v.max() < at + size:
+            vecs = list(val.vecs)
+            vecs[dim] = canon_vec(v - at, size)
+            return unmaterialize(terms, Val(piece, tuple(vecs)))
+        at += size
+    return val
 
 
 def select(terms: TermStore, val: Val, dim: int, index: int) -> Val:
@@ -196,13 +226,17 @@ def expand(terms: TermStore, val: Val, shape: Sequence[int]) -> Val:
     shape = [c if s == -1 else s for s, c in zip(shape, cur)]
     if list(cur) == shape:
         return val
-    grow = [d for d in range(len(shape)) if cur[d] != shape[d]]
-    val = materialize(terms, val, [d for d in grow if terms.shape(val.t)[d] != 1])
-    ts = list(terms.shape(val.t))
-    for d in grow:
-        ts[d] = shape[d]
-    t = terms.make("expand", (tuple(ts),), (val.t,), ts)
-    return Val(t, val.vecs)
+    # broadcasting a size-1 dim repeats its one position: a selection with repeats,
+    # so expanding by 2 on one rank and by 4 on another select from the same term
+    ts = terms.shape(val.t)
+    vecs = list(val.vecs)
+    for d in range(len(shape)):
+        if cur[d] != shape[d]:
+            if cur[d] != 1:
+                raise ValueError(f"cannot expand dim {d} of size {cur[d]} to {shape[d]}")
+            pos = vec_array(val.vecs[d], ts[d])[0]
+            vecs[d] = canon_vec(np.full(shape[d], pos, dtype=np.int64), ts[d])
+    return Val(val.t, tuple(vecs))
 
 
 def _group_dims(old: Sequence[int], new: Sequence[int]):
@@ -305,8 +339,13 @@ def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:
         vecs = list(first.vecs)
         vecs[dim] = canon_vec(joined, ts[dim])
         return Val(first.t, tuple(vecs))
-    parts = [materialize(terms, v) for v in vals]
+    # other dims selected alike in every piece stay selections (cat commutes with them)
+    nd = len(first.vecs)
+    keep = [d for d in range(nd) if d != dim and all(
+        terms.shape(v.t)[d] == terms.shape(first.t)[d] and same_vec(v.vecs[d], first.vecs[d]) for v in vals)]
+    parts = [materialize(terms, v, [d for d in range(nd) if d not in keep]) for v in vals]
     shapes = [terms.shape(p.t) for p in parts]
     shape = list(shapes[0])
     shape[dim] = sum(s[dim] for s in shapes)
-    return full(terms, terms.make("cat", (dim,), tuple(p.t for p in parts), shape))
+    t = terms.make("cat", (dim,), tuple(p.t for p in parts), shape)
+    return Val(t, tuple(first.vecs[d] if d in keep else None for d in range(nd)))

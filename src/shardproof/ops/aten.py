@@ -29,11 +29,11 @@ for _name, _fn in _UNARY.items():
 
 
 def _triangle(kind: str, numerics):
-    """triu/tril keep elements by their position in the last two dims: exact when those
-    dims are whole, and commute with any selection of the leading (batch) dims."""
+    """triu/tril keep elements by their position in the last two dims (so those dims are
+    materialized first) and commute with any selection of the leading (batch) dims."""
     def rule(ctx: RuleCtx, x: Val, diagonal=0):
-        if any(v is not None for v in x.vecs[-2:]):
-            raise ValueError(f"{kind} of a tensor that is sliced in its last two dims depends on global positions")
+        nd = len(x.vecs)
+        x = layout.materialize(ctx.terms, x, [nd - 2, nd - 1])
         return compute.elementwise(ctx.terms, kind, (int(diagonal),), [x])
     declare(T + kind, numerics=lambda x, diagonal=0: numerics(x, diagonal), rule=rule, shape=lambda x, *a: x,
             doc=f"{kind} over the last two dims")
@@ -603,22 +603,27 @@ def _sdpa_num(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=Non
     return np.matmul(e / e.sum(-1, keepdims=True), v), lse
 
 
-def _paired_shift(terms, ops: list, d: int):
-    """Batch/head dim `d` of q, k, v: if k and v select the positions of q shifted by
-    constants (q, k, v heads cut from one fused projection), those shifts; else None.
-    Attention pairs the i-th q head with the i-th k and v heads, so the shift, not the
-    absolute positions, is what the term records; the output selects q's positions."""
-    sizes = {terms.shape(o.t)[d] for o in ops}
-    if len(sizes) != 1:
-        return None
-    size = sizes.pop()
-    base = layout.vec_array(ops[0].vecs[d], size)
+def _pairing(terms, ops: list, d: int):
+    """How attention pairs q heads with k/v heads along batch/head dim `d`, as a rule
+    on term positions that both programs satisfy: ``("shift", c)`` when k/v heads are
+    q's positions shifted by c (heads cut from one fused projection), ``("group", n)``
+    when q position p uses k/v position p * n // |q| (grouped-query attention, k/v
+    repeated to q's heads). The output selects q's positions. None: no such rule."""
+    qsize = terms.shape(ops[0].t)[d]
+    qpos = layout.vec_array(ops[0].vecs[d], qsize)
     out = []
     for o in ops[1:]:
-        diff = layout.vec_array(o.vecs[d], size) - base if len(layout.vec_array(o.vecs[d], size)) == len(base) else None
-        if diff is None or len(diff) == 0 or not (diff == diff[0]).all():
+        size = terms.shape(o.t)[d]
+        pos = layout.vec_array(o.vecs[d], size)
+        if len(pos) != len(qpos) or not len(pos):
             return None
-        out.append(int(diff[0]))
+        diff = pos - qpos
+        if size == qsize and (diff == diff[0]).all():
+            out.append(("shift", int(diff[0])))
+        elif qsize % size == 0 and np.array_equal(pos, qpos * size // qsize):
+            out.append(("group", size))
+        else:
+            return None
     return tuple(out)
 
 
@@ -633,11 +638,11 @@ def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=Fa
     ops = [q, k, v]
     shifts = []
     for d in range(nd - 2):
-        shift = _paired_shift(terms, ops, d)
-        if shift is None:
+        pairing = _pairing(terms, ops, d)
+        if pairing is None:
             ops = [layout.materialize(terms, o, [d]) for o in ops]
-            shift = (0, 0)
-        shifts.append(shift)
+            pairing = _pairing(terms, ops, d)
+        shifts.append(pairing)
     q, k, v = ops
     children = (q.t, k.t, v.t)
     if isinstance(attn_mask, Val):
