@@ -1,6 +1,6 @@
 """Bug: the row-parallel fc2 applies its (replicated) bias before the all_reduce, so the
-bias is summed world_size times. Expected finding: the all_reduce after fc2 (its input is a
-partial sum plus a replicated bias), on every rank."""
+bias is summed world_size times. Expected finding: the fc2 addmm (where the replicated bias
+is added to the partial product), on every rank."""
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -24,4 +24,4 @@ def case(world_size: int = 2) -> Case:
     full = MLP()
     return Case(single=full, distributed=lambda rank, world: BiasBeforeAllReduce(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="bias_before_allreduce",
-                meta={"bug_op": "aten.addmm", "bug_ranks": "all", "bug": "replicated-added-to-partial"})
+                meta={"bug_op": "aten.addmm", "bug_ranks": "all", "bug": "bias-added-to-partial"})

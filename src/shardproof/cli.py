@@ -117,6 +117,12 @@ def main(argv=None) -> int:
         return EXIT_INPUT
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a shardproof defect: say so plainly, verdict unknown
+        if os.environ.get("SHARDPROOF_DEBUG"):
+            raise
+        print("shardproof: internal error (please report; set SHARDPROOF_DEBUG=1 for the traceback): "
+              + textwrap.fill(f"{type(exc).__name__}: {exc}", 100, subsequent_indent="  "), file=sys.stderr)
+        return 2
     return EXIT_INPUT
 
 

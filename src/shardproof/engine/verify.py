@@ -470,7 +470,36 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     if not found:
         return None
     n, ranks, recovers, _ = min(found.values(), key=lambda f: (f[2], f[3]))
+    culprit = _misaligned_slice(n, status[ranks[0]])
+    if culprit is not None:
+        return culprit, ranks, status
     return n, ranks, status
+
+
+SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select"}
+
+
+def _misaligned_slice(node: Node, status: dict) -> Optional[Node]:
+    """An elementwise op whose operands are each related, but at different positions on
+    an aligned dim: the operand cut by a slicing op is at the wrong offset (e.g. one
+    rank slicing a replicated RoPE table from the wrong start)."""
+    from ..ops.common import elementwise_shape
+    from ..ops.registry import lookup
+    opdef = lookup(node.op)
+    if opdef is None or opdef.shape is not elementwise_shape:
+        return None
+    rels = [(x, status.get(x)) for x in node.inputs]
+    rels = [(x, r) for x, r in rels if r is not None and r.positions is not None and r.partial is None]
+    for a, ra in rels:
+        for b, rb in rels:
+            if a is b or b.op not in SLICING_OPS:
+                continue
+            for pa, pb in zip(reversed(ra.positions), reversed(rb.positions)):
+                if pa is not None and pb is not None and len(pa) == len(pb) and not np.array_equal(pa, pb):
+                    return b
+                if (pa is None) != (pb is None) and a.op not in SLICING_OPS:
+                    return b
+    return None
 
 
 def _reach(starts, step) -> set:
@@ -494,4 +523,8 @@ def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[F
                         dnode.op if dnode else "?", _src(dnode) if dnode else None, "recoverable",
                         "a different relation", f"output {name} does not relate to the single-device output as expected")]
     node, ranks, status = loc
-    return [diagnose(run, relater, seq, dist, node, ranks, status, s_in, s_env, d_envs)]
+    finding = diagnose(run, relater, seq, dist, node, ranks, status, s_in, s_env, d_envs)
+    if node.op == "getitem" and node.args and isinstance(node.args[0], Node):
+        producer = node.args[0]  # one output of a multi-output op: name the op that broke
+        finding.node, finding.op, finding.source = producer.name, producer.op, _src(producer) or finding.source
+    return [finding]
