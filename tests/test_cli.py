@@ -49,3 +49,27 @@ def test_broken_case_file_exit_3(tmp_path):
 def test_help_has_examples():
     p = run("verify", "--help")
     assert p.returncode == 0 and "examples:" in p.stdout and "exit codes" in p.stdout
+
+
+def test_relation_with_impossible_shapes_exit_3():
+    p = run("verify", "tests/cases/bad_shape_relation.py")
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "cannot match" in " ".join(p.stderr.split()) and "Traceback" not in p.stderr
+
+
+def test_relation_naming_missing_tensor_exit_3():
+    p = run("verify", "tests/cases/missing_tensor_relation.py")
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "fc9.weight" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bad_relations_yaml_exit_3(tmp_path):
+    f = tmp_path / "rel.yaml"
+    f.write_text("inputs:\n  fc1.weight: Shard(\n")
+    p = run("verify", "examples/tp_mlp.py", "--relations", str(f))
+    assert p.returncode == 3 and "cannot read relation" in " ".join(p.stderr.split()), p.stderr
+
+
+def test_unknown_op_exit_2():
+    p = run("verify", "examples/bugs/unknown_op.py")
+    assert p.returncode == 2 and "aten.cumsum" in p.stdout
