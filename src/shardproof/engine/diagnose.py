@@ -41,7 +41,7 @@ def _counterpart(seq, node: Node, input_rels: list) -> Node | None:
 
 def _window(a: np.ndarray, b: np.ndarray):
     """A small slice around the first differing element (both arrays of equal shape)."""
-    diff = ~np.isclose(a, b, rtol=1e-6, atol=1e-6, equal_nan=True)
+    diff = ~np.isclose(a, b, rtol=1e-9, atol=1e-9, equal_nan=True)
     if not diff.any():
         return None, None, None
     first = tuple(int(i) for i in np.argwhere(diff)[0])

@@ -399,7 +399,7 @@ def _close(a, b) -> bool:
     if a.shape != b.shape:
         return False
     both_nan = np.isnan(a) & np.isnan(b)
-    return bool(np.all(both_nan | np.isclose(a, b, rtol=1e-6, atol=1e-6)))
+    return bool(np.all(both_nan | np.isclose(a, b, rtol=1e-9, atol=1e-9)))
 
 
 def _output_differs(seq, dist, name, exp, s_env, d_envs) -> bool:
