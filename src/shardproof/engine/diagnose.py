@@ -32,6 +32,8 @@ def _counterpart(seq, node: Node, input_rels: list) -> Node | None:
     # The single-device program may fuse differently (addmm for mm + add): take the first
     # tensor of the same rank that reads, or contains, what the inputs correspond to.
     known = {w for w in want if w is not None}
+    if node.type is None or isinstance(node.type, tuple):
+        return None
     for s in seq.nodes:
         if s.type is not None and not isinstance(s.type, tuple) and len(s.shape) == len(node.shape) \
                 and s.op != "input" and (s in known or known & set(s.inputs)):
@@ -96,9 +98,14 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio)
 def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in, s_env, d_envs) -> Finding:
     from .verify import summarize
     r = ranks[0]
-    inputs = [x for x in node.inputs if x in status[r]]
+    producer = node.args[0] if node.op == "getitem" and node.args and isinstance(node.args[0], Node) else node
+    inputs = [x for x in producer.inputs if x in status[r]]
     input_rels = [status[r].get(x) for x in inputs]
-    counterpart = _counterpart(seq, node, input_rels)
+    counterpart = _counterpart(seq, producer, input_rels)
+    if counterpart is not None and producer is not node and isinstance(counterpart.type, tuple):
+        index = node.args[1]  # the same output of the single-device op
+        counterpart = next((s for s in seq.nodes if s.op == "getitem" and s.args[:1] == (counterpart,)
+                            and s.args[1] == index), None)
     world = dist.world_size
 
     expected = "Replicate()"
@@ -137,9 +144,9 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                     "rank": r,
                     "text": f"single-device {ref_name}{_fmt_index(sl)} = {_fmt(pair[0])}; rank {r} holds {_fmt(pair[1])}",
                 }
-    kind, hint = _classify(node, input_rels, ranks, world, ratio)
+    kind, hint = _classify(producer, input_rels, ranks, world, ratio)
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
                           for x, rel in zip(inputs, input_rels))
-    message = (f"{node.name} = {node.op}(...) on rank(s) {', '.join(map(str, ranks))} is not related to any single-device "
+    message = (f"{producer.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} is not related to any single-device "
                f"tensor" + (f" (expected {expected_text})" if ref_name else "") + f"; its inputs: {rels_text or 'none'}")
     return Finding(kind, ranks, node.name, node.op, _src(node), expected_text, "none", message, hint, cex)
