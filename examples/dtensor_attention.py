@@ -42,8 +42,7 @@ def parallelize(full: Attention, rank: int, world: int) -> LocalHeadsAttention:
     model = LocalHeadsAttention(full.heads * full.head_dim, full.heads)
     model.load_state_dict(full.state_dict())
     mesh = init_device_mesh("cpu", (world,))
-    # src_data_rank=None: shard each rank's own copy locally (see dtensor_mlp.py).
-    return parallelize_module(model, mesh, PLAN, src_data_rank=None)
+    return parallelize_module(model, mesh, PLAN)
 
 
 def case(world_size: int = 2) -> Case:

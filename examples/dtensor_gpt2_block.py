@@ -53,8 +53,7 @@ def parallelize(full: GPT2Block, rank: int, world: int) -> LocalHeadsGPT2Block:
         model.c_attn.weight.copy_(group_qkv_rows(full.c_attn.weight, world))
         model.c_attn.bias.copy_(group_qkv_rows(full.c_attn.bias, world))
     mesh = init_device_mesh("cpu", (world,))
-    # src_data_rank=None: shard each rank's own copy locally (see dtensor_mlp.py).
-    return parallelize_module(model, mesh, PLAN, src_data_rank=None)
+    return parallelize_module(model, mesh, PLAN)
 
 
 def case(world_size: int = 2) -> Case:

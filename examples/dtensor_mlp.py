@@ -18,11 +18,7 @@ WORLD_SIZES = (2, 3, 4, 6, 8)
 def parallelize(full: MLP, rank: int, world: int) -> MLP:
     model = copy.deepcopy(full)
     mesh = init_device_mesh("cpu", (world,))
-    # src_data_rank=None: every rank shards its own (identical) copy of the full weights
-    # locally, instead of rank 0 scattering/broadcasting them (which under the fake process
-    # group used for capture moves no data and leaves the shards uninitialized).
-    return parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()},
-                              src_data_rank=None)
+    return parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
 
 
 def case(world_size: int = 2) -> Case:

@@ -43,8 +43,7 @@ PLAN = {
 def parallelize(full: NormMLP, rank: int, world: int) -> NormMLP:
     model = copy.deepcopy(full)
     mesh = init_device_mesh("cpu", (world,))
-    # src_data_rank=None: shard each rank's own copy locally (see dtensor_mlp.py).
-    return parallelize_module(model, mesh, PLAN, src_data_rank=None)
+    return parallelize_module(model, mesh, PLAN)
 
 
 def case(world_size: int = 2) -> Case:

@@ -20,7 +20,7 @@ from ..algebra.layout import Val, full, vec_array
 from ..algebra.ranks import combine
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
-from ..relations.infer import InputRelation
+from ..relations.infer import InputRelation, relation_by_value
 from ..relations.spec import Ignore, Partial, Relation, RelationError, Replicate, Shard, Slices, chunk_bounds
 from .numeric import evaluate
 from .result import Finding, OutputCheck, Report
@@ -385,13 +385,11 @@ def _relation_holding(terms, relater, snode, sval, dvals, exp, world) -> Optiona
     return str(exp)
 
 
-def _expected_local(s_val: np.ndarray, exp: Relation | None, rank: int, world: int, like: np.ndarray):
-    if exp is None or isinstance(exp, Partial):
-        exp = Replicate() if s_val.shape == like.shape else Shard(0)
-    vecs = exp.layout(s_val.shape, rank, world)
-    if vecs is None:
+def _local_piece(s_val: np.ndarray, rel: Relation, rank: int, world: int) -> np.ndarray:
+    vecs = rel.layout(s_val.shape, rank, world)
+    if vecs is None or not s_val.ndim:
         return s_val
-    return s_val[np.ix_(*[np.arange(s) if v is None else v for s, v in zip(s_val.shape, vecs)])] if s_val.ndim else s_val
+    return s_val[np.ix_(*[np.arange(s) if v is None else v for s, v in zip(s_val.shape, vecs)])]
 
 
 def _close(a, b) -> bool:
@@ -418,7 +416,13 @@ def _output_differs(seq, dist, name, exp, s_env, d_envs) -> bool:
             return True
     if exp is None and all(v.shape == s_val.shape for v in vals):
         return not all(_close(v, s_val) for v in vals)
-    return not all(_close(v, _expected_local(s_val, exp, r, dist.world_size, v)) for r, v in enumerate(vals))
+    if exp is None:  # any layout the ranks' pieces form (Shard of any dim, Slices, Interleaved)
+        if any(all(_close(v, _local_piece(s_val, Shard(d), r, len(vals))) for r, v in enumerate(vals))
+               for d in range(s_val.ndim)):
+            return False
+        digits = lambda x: np.round(x, 7) + 0.0  # noqa: E731  (rounding noise must not hide a match)
+        return relation_by_value(digits(s_val), [digits(v) for v in vals]) is None
+    return not all(_close(v, _local_piece(s_val, exp, r, dist.world_size)) for r, v in enumerate(vals))
 
 
 # ---------------------------------------------------------------- localization

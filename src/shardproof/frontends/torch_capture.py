@@ -46,10 +46,35 @@ def fake_world(rank: int, world_size: int):
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     _clear_dtensor_caches()
     try:
-        yield
+        with local_dtensor_sharding():
+            yield
     finally:
         _clear_dtensor_caches()
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def local_dtensor_sharding():
+    """Make DTensor shard weights locally (``src_data_rank=None``) while building a rank's
+    program. By default rank 0 scatters the shards, which the fake process group does not
+    do (every other rank would hold uninitialised memory); every rank here holds the full
+    weights, so cutting its own shard gives exactly what the scatter would deliver."""
+    try:
+        from torch.distributed.tensor import _api
+        from torch.distributed.tensor.parallel import api
+    except ImportError:
+        yield
+        return
+    fns = [f for f in (_api.distribute_tensor, api.parallelize_module)
+           if (f.__kwdefaults__ or {}).get("src_data_rank", None) is not None]
+    saved = [dict(f.__kwdefaults__) for f in fns]
+    try:
+        for f in fns:
+            f.__kwdefaults__["src_data_rank"] = None
+        yield
+    finally:
+        for f, kw in zip(fns, saved):
+            f.__kwdefaults__.update(kw)
 
 
 def _clear_dtensor_caches() -> None:
