@@ -34,11 +34,11 @@ def _counterpart(seq, node: Node, input_rels: list) -> Node | None:
     known = {w for w in want if w is not None}
     if node.type is None or isinstance(node.type, tuple):
         return None
-    for s in seq.nodes:
-        if s.type is not None and not isinstance(s.type, tuple) and len(s.shape) == len(node.shape) \
-                and s.op != "input" and (s in known or known & set(s.inputs)):
-            return s
-    return None
+    tensors = [s for s in seq.nodes if s.op != "input" and s.type is not None and not isinstance(s.type, tuple)
+               and len(s.shape) == len(node.shape)]
+    readers = [s for s in tensors if known & set(s.inputs)] + [s for s in tensors if s in known]
+    same_shape = [s for s in readers if tuple(s.shape) == tuple(node.shape)]
+    return (same_shape or readers or [None])[0]
 
 
 def _window(a: np.ndarray, b: np.ndarray):
@@ -56,12 +56,26 @@ def _fmt_index(sl) -> str:
     return "[" + ",".join(f"{s.start}:{s.stop}" if s.stop - s.start > 1 else f"{s.start}" for s in sl) + "]"
 
 
-def _fmt(x) -> str:
+def _fmt(x, precision: int = 4) -> str:
     arr = np.asarray(x, dtype=np.float64)
     if arr.size and np.all(np.isfinite(arr)) and np.allclose(arr, np.round(arr)):
         arr = np.round(arr).astype(np.int64)
         return np.array2string(arr, separator=", ")
-    return np.array2string(arr, precision=4, separator=", ", suppress_small=True)
+    return np.array2string(arr, precision=precision, separator=", ", suppress_small=True)
+
+
+CONTRACTIONS = {"aten.mm", "aten.bmm", "aten.matmul", "aten.addmm", "aten.baddbmm", "aten.linear"}
+BIASED = {"aten.addmm", "aten.baddbmm", "aten.linear"}
+
+
+def _differ(a, b) -> bool:
+    return a is not None and b is not None and (len(a) != len(b) or not np.array_equal(a, b))
+
+
+def _contracts_sharded(operands: list) -> bool:
+    """Both operands hold the same proper block of the contracted dim: a partial product."""
+    return len(operands) == 2 and operands[0].positions[-1] is not None \
+        and not _differ(operands[0].positions[-1], operands[1].positions[-2])
 
 
 def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio) -> tuple[str, str]:
@@ -86,6 +100,16 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio)
                     " (or add the replicated operand only once, after the reduction)")
         return ("nonlinearity-on-partial",
                 f"{op} is applied to a partial sum: all_reduce(sum) its input before the {op}{where}")
+    if node.op in CONTRACTIONS:
+        operands = [rel for rel in input_rels if rel is not None and rel.positions is not None][-2:]
+        if len(operands) == 2 and _differ(operands[0].positions[-1], operands[1].positions[-2]):
+            return ("wrong-shard-offset",
+                    f"the operands of this {op} hold different blocks of the contracted dim on rank(s) "
+                    f"{', '.join(map(str, ranks))}: check which shard of each weight a rank loads{where}")
+        if _contracts_sharded(operands) and node.op in BIASED:
+            return ("partial-sum-never-reduced",
+                    f"this {op} adds its bias to a partial sum on every rank, so the bias is counted {world} times: "
+                    f"compute without the bias, all_reduce(sum), then add the bias once{where}")
     if len(ranks) < world:
         return ("rank-specific-mismatch",
                 f"rank(s) {', '.join(map(str, ranks))} compute this differently from the others: check per-rank constants "
@@ -123,7 +147,8 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     if counterpart is not None and d_val is not None:
         s_val = np.asarray(s_env[counterpart], dtype=np.float64)
         local = s_val
-        if first is not None and first.positions is not None and len(first.positions) == s_val.ndim:
+        if first is not None and first.positions is not None and len(first.positions) == s_val.ndim and all(
+                p is None or not len(p) or p.max() < size for p, size in zip(first.positions, s_val.shape)):
             idx = np.ix_(*[np.arange(s) if p is None else p for s, p in zip(s_val.shape, first.positions)]) if s_val.ndim else ()
             cand = s_val[idx] if s_val.ndim else s_val
             if cand.shape == d_val.shape:
@@ -136,13 +161,15 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                 finite = np.isfinite(q) & (local != 0)
                 if finite.any() and np.allclose(q[finite], q[finite].flat[0]) and not np.isclose(q[finite].flat[0], 1):
                     ratio = float(q[finite].flat[0])
+                digits = next((d for d in (4, 8, 12) if _fmt(pair[0], d) != _fmt(pair[1], d)), 16)
                 cex = {
                     "inputs": {k: _fmt(v.reshape(-1)[:6]) + (" ..." if v.size > 6 else "") for k, v in list(s_in.items())[:6]},
                     "index": _fmt_index(sl),
-                    "single_device": _fmt(pair[0]),
-                    "distributed": _fmt(pair[1]),
+                    "single_device": _fmt(pair[0], digits),
+                    "distributed": _fmt(pair[1], digits),
                     "rank": r,
-                    "text": f"single-device {ref_name}{_fmt_index(sl)} = {_fmt(pair[0])}; rank {r} holds {_fmt(pair[1])}",
+                    "text": f"single-device {ref_name}{_fmt_index(sl)} = {_fmt(pair[0], digits)}; "
+                            f"rank {r} holds {_fmt(pair[1], digits)}",
                 }
     kind, hint = _classify(producer, input_rels, ranks, world, ratio)
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
