@@ -19,7 +19,7 @@ WORLDS = (2, 4, 8)
 
 def main() -> None:
     table = Table(title="shardproof zoo benchmark (seconds)")
-    for col in ("case", "TP", "verdict", "capture s", "verify s", "dist nodes"):
+    for col in ("case", "TP", "verdict", "capture s", "verify s", "total s", "dist nodes"):
         table.add_column(col, justify="right" if col != "case" else "left")
     for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.py"))):
         name = os.path.splitext(os.path.basename(path))[0]
@@ -31,12 +31,12 @@ def main() -> None:
             try:
                 p = prepare(module.case(w), w)
             except InputError as exc:
-                table.add_row(name, str(w), f"input error: {exc}"[:40], "-", "-", "-")
+                table.add_row(name, str(w), f"input error: {exc}"[:40], "-", "-", "-", "-")
                 continue
             t1 = time.perf_counter()
             report = verify_prepared(p)
             t2 = time.perf_counter()
-            table.add_row(name, str(w), report.status, f"{t1 - t0:.2f}", f"{t2 - t1:.3f}",
+            table.add_row(name, str(w), report.status, f"{t1 - t0:.2f}", f"{t2 - t1:.3f}", f"{t2 - t0:.2f}",
                           str(report.stats.get("nodes_dist", "")))
     Console().print(table)
 
