@@ -51,4 +51,5 @@ def case(world_size: int = 2) -> Case:
     return Case(single=full, distributed=lambda rank, world: parallelize(full, rank, world),
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="dtensor_attention",
-                description="tp_attention parallelized with DTensor (Colwise q/k/v, Rowwise out_proj)")
+                description="tp_attention parallelized with DTensor (Colwise q/k/v, Rowwise out_proj)",
+                expect={"out": "Replicate()"})

@@ -62,4 +62,5 @@ def case(world_size: int = 2) -> Case:
     return Case(single=full, distributed=lambda rank, world: parallelize(full, rank, world),
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="dtensor_gpt2_block",
-                description="gpt2_block parallelized with DTensor; fused c_attn rows regrouped per head group")
+                description="gpt2_block parallelized with DTensor; fused c_attn rows regrouped per head group",
+                expect={"out": "Replicate()"})

@@ -65,4 +65,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="dtensor_llama_block",
                 description="llama_block parallelized with DTensor (torchtitan plan; KV replicated "
-                            "when world > n_kv_heads)")
+                            "when world > n_kv_heads)",
+                expect={"out": "Replicate()"})

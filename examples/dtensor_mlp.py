@@ -26,4 +26,5 @@ def case(world_size: int = 2) -> Case:
     full = MLP()
     return Case(single=full, distributed=lambda rank, world: parallelize(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="dtensor_mlp",
-                description="tp_mlp parallelized with DTensor ColwiseParallel/RowwiseParallel")
+                description="tp_mlp parallelized with DTensor ColwiseParallel/RowwiseParallel",
+                expect={"out": "Replicate()"})

@@ -110,4 +110,5 @@ def case(world_size: int = 2) -> Case:
     full = GPT2Block()
     return Case(single=full, distributed=lambda rank, world: ParallelGPT2Block(full, rank, world),
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
-                name="gpt2_block")
+                name="gpt2_block",
+                expect={"out": "Replicate()"})

@@ -90,4 +90,5 @@ def case(world_size: int = 2) -> Case:
     full = GQAAttention()
     return Case(single=full, distributed=lambda rank, world: ParallelGQAAttention(full, rank, world),
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
-                name="gqa_attention")
+                name="gqa_attention",
+                expect={"out": "Replicate()"})

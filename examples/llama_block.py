@@ -175,4 +175,5 @@ def case(world_size: int = 2) -> Case:
     full = LlamaBlock()
     return Case(single=full, distributed=lambda rank, world: ParallelLlamaBlock(full, rank, world),
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
-                name="llama_block")
+                name="llama_block",
+                expect={"out": "Replicate()"})

@@ -80,4 +80,5 @@ def case(world_size: int = 2) -> Case:
     full = Block()
     return Case(single=full, distributed=lambda rank, world: SequenceParallelBlock(full, rank, world),
                 inputs={"x": torch.randn(SEQ, BATCH, HIDDEN)}, dist_inputs=shard_sequence,
-                world_size=world_size, name="sp_mlp")
+                world_size=world_size, name="sp_mlp",
+                expect={"out": "Shard(0)"})

@@ -95,4 +95,5 @@ def case(world_size: int = 2) -> Case:
     full = Attention()
     return Case(single=full, distributed=lambda rank, world: ParallelAttention(full, rank, world),
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
-                name="tp_attention")
+                name="tp_attention",
+                expect={"out": "Replicate()"})

@@ -47,4 +47,5 @@ def case(world_size: int = 2) -> Case:
     torch.manual_seed(0)
     full = MLP()
     return Case(single=full, distributed=lambda rank, world: ParallelMLP(full, rank, world),
-                inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="tp_mlp")
+                inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="tp_mlp",
+                expect={"out": "Replicate()"})

@@ -75,4 +75,5 @@ def case(world_size: int = 2) -> Case:
     target = torch.randint(0, VOCAB, (TOKENS,))
     return Case(single=CrossEntropy(), distributed=lambda rank, world: VocabParallelCrossEntropy(rank, world),
                 inputs={"logits": logits, "target": target}, dist_inputs=shard_logits,
-                world_size=world_size, name="vocab_parallel_cross_entropy")
+                world_size=world_size, name="vocab_parallel_cross_entropy",
+                expect={"out": "Replicate()"})

@@ -56,4 +56,5 @@ def case(world_size: int = 2) -> Case:
     full = Embedding()
     ids = torch.randint(0, VOCAB, (4, 6))
     return Case(single=full, distributed=lambda rank, world: VocabParallelEmbedding(full, rank, world),
-                inputs={"ids": ids}, world_size=world_size, name="vocab_parallel_embedding")
+                inputs={"ids": ids}, world_size=world_size, name="vocab_parallel_embedding",
+                expect={"out": "Replicate()"})
