@@ -195,7 +195,9 @@ def _log_sum_exp(terms, attrs, children, shape):
     if not varying:
         return None
     x = linear(terms, varying, full_shape)
-    lse = terms.make("logsumexp", (dims, keepdim), (x,), shape)
+    reduced = tuple(n for d, n in enumerate(full_shape) if d not in dims)
+    lse = terms.make("logsumexp", (dims, False), (x,), reduced)  # keepdim is a view of it
+    lse = _drop_dims(terms, lse, full_shape, dims, shape)
     acc = {lse: Fraction(1)}
     for t, c in parts.items():
         if t not in varying:

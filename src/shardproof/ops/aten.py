@@ -89,6 +89,12 @@ def _mul_rule(ctx: RuleCtx, a, b):
     return _scaled(ctx, x, Fraction(c))
 
 
+def _rsub_rule(ctx: RuleCtx, x, other, alpha=1):
+    """other - alpha * x."""
+    return _add_rule(ctx, other, x, alpha=-alpha) if isinstance(other, Val) else \
+        compute.elementwise(ctx.terms, "add_const", (freeze(other),), [_scaled(ctx, x, -Fraction(alpha))])
+
+
 def _div_rule(ctx: RuleCtx, a, b, rounding_mode=None):
     if rounding_mode is None and isinstance(a, Val) and not isinstance(b, Val):
         return _scaled(ctx, a, 1 / Fraction(b))
@@ -108,6 +114,8 @@ declare(T + "add", numerics=lambda a, b, alpha=1: np.add(a, np.multiply(b, alpha
 declare(T + "mul", numerics=lambda a, b: np.multiply(a, b), rule=_mul_rule, shape=elementwise_shape,
         doc="a*b; multiplying by a constant is an exact scale")
 declare(T + "div", numerics=_div_num, rule=_div_rule, shape=elementwise_shape, doc="a/b")
+declare(T + "rsub", numerics=lambda x, other, alpha=1: np.subtract(other, np.multiply(x, alpha)), rule=_rsub_rule,
+        shape=elementwise_shape, doc="other - alpha * x")
 declare(T + "neg", numerics=lambda x: -as_float(x), rule=lambda ctx, x: _scaled(ctx, x, -1),
         shape=elementwise_shape, doc="-x, an exact scale by -1")
 LINEARITY.update({"add": "all", "mul": "one", "add_const": "none"})
@@ -216,6 +224,32 @@ def _slice_rule(ctx: RuleCtx, x: Val, dim=0, start=None, end=None, step=1):
 
 
 declare(T + "slice", numerics=_slice_num, rule=_slice_rule, doc="basic slicing")
+
+
+def _slice_scatter_num(base, src, dim=0, start=None, end=None, step=1):
+    out = as_float(base).copy()
+    index = [slice(None)] * out.ndim
+    index[dim] = slice(start, end, step)
+    out[tuple(index)] = src
+    return out
+
+
+def _slice_scatter_rule(ctx: RuleCtx, base: Val, src: Val, dim=0, start=None, end=None, step=1):
+    """base with [start:end] along dim replaced by src: the concatenation of the kept
+    pieces of base around src (exact; step 1 only)."""
+    if step != 1:
+        raise ValueError("slice_scatter with a step has no rule")
+    dim %= len(base.vecs)
+    size = shape_of(ctx.terms, base)[dim]
+    lo, hi = _clip_bounds(size, start, end)
+    pieces = [layout.slice_(ctx.terms, base, dim, 0, lo)] if lo > 0 else []
+    pieces.append(src)
+    if hi < size:
+        pieces.append(layout.slice_(ctx.terms, base, dim, hi, size))
+    return layout.concat(ctx.terms, pieces, dim) if len(pieces) > 1 else src
+
+
+declare(T + "slice_scatter", numerics=_slice_scatter_num, rule=_slice_scatter_rule, doc="write a slice")
 declare(T + "narrow", numerics=lambda x, dim, start, length: _slice_num(x, dim, start, start + length),
         rule=lambda ctx, x, dim, start, length: _slice_rule(ctx, x, dim, start, start + length), doc="narrow")
 declare(T + "select", numerics=lambda x, dim, index: np.take(x, index, axis=dim),
@@ -707,13 +741,14 @@ def _empty_rule(ctx: RuleCtx, *args, **kwargs):
     return layout.full(ctx.terms, t)
 
 
-declare((T + "empty", T + "empty_like", T + "new_empty", T + "empty_strided"),
+declare((T + "empty", T + "empty_like", T + "new_empty", T + "empty_strided", T + "new_empty_strided"),
         numerics=lambda *a, **k: np.full(_empty_shape(a), np.nan), rule=_empty_rule, doc="uninitialized buffer")
 
 
 def _empty_shape(a):
-    first = a[0] if a else ()
-    return first if isinstance(first, (list, tuple)) else np.shape(first)
+    """The size argument (the first list), else the shape of the tensor it is like."""
+    sizes = [v for v in a if isinstance(v, (list, tuple))]
+    return sizes[0] if sizes else (np.shape(a[0]) if a else ())
 
 
 declare(T + "copy", numerics=lambda dst, src, *a: np.broadcast_to(src, np.shape(dst)).astype(np.float64),

@@ -1,0 +1,56 @@
+"""Op rules on small programs: each must prove a correct rewrite and must not prove a wrong one."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
+from torch import nn  # noqa: E402
+
+from shardproof import Case, verify  # noqa: E402
+
+
+class Program(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def _check(single, distributed, x=None):
+    x = torch.randn(8, 3) if x is None else x
+    return verify(Case(single=Program(single), distributed=lambda r, w: Program(distributed), inputs={"x": x},
+                       expect={"out": "Replicate()"}))
+
+
+def _fill_by_slices(x, split):
+    buf = torch.empty(8, 3)
+    buf = torch.slice_scatter(buf, x[:split], 0, 0, split)
+    return torch.slice_scatter(buf, x[split:], 0, split, 8)
+
+
+def test_slice_scatter_pieces_rebuild_the_tensor():
+    assert _check(lambda x: x * 2, lambda x: _fill_by_slices(x * 2, 4)).status == "verified"
+
+
+def test_slice_scatter_wrong_split_is_a_violation():
+    wrong = lambda x: torch.slice_scatter(_fill_by_slices(x * 2, 4), x[:2] * 2, 0, 2, 4)  # noqa: E731
+    assert _check(lambda x: x * 2, wrong).status == "violation"
+
+
+def test_rsub_is_linear():
+    assert _check(lambda x: 1.0 - 3 * x, lambda x: torch.rsub(x * 3, 1.0)).status == "verified"
+    assert _check(lambda x: 1.0 - 3 * x, lambda x: torch.rsub(x * 3, 2.0)).status == "violation"
+
+
+def test_log_softmax_equals_shifted_logsumexp_form():
+    def manual(x):
+        m = x.amax(-1, keepdim=True)
+        return x - m - torch.log(torch.exp(x - m).sum(-1, keepdim=True))
+    assert _check(lambda x: torch.log_softmax(x, -1), manual).status == "verified"
+
+
+def test_triu_mask_on_constants():
+    def masked(x):
+        mask = torch.triu(torch.ones(8, 8, dtype=torch.bool), 1)
+        return (x @ x.T).masked_fill(mask, 0.0)
+    assert _check(masked, masked).status == "verified"
