@@ -1,0 +1,833 @@
+"""Import readable FX graph dumps (``GraphModule.print_readable()`` text) into the Graph IR.
+
+The dump is read with :mod:`ast` only: nothing in the file is executed, imported or
+unpickled, and torch is not needed. The result follows the conventions of
+:func:`shardproof.frontends.torch_capture.from_fx`:
+
+* placeholders (``forward(self, primals_1: "f32[49152, 768]", ...)``, or the joint-graph
+  form ``primals_1: "f32[..]"; ...`` + ``primals_1, ... = fx_pytree.tree_flatten_spec(...)``)
+  become ``input`` nodes named by the parameter, typed from the annotation;
+* ``name: "f32[..]" = torch.ops.NS.OP.OVERLOAD(args, kw=...)`` (or ``torch.ops.NS.OP(...)``)
+  becomes ``Node(name, "NS.OP", args, kwargs, TensorType, Source)``; other callables
+  (``operator.mul``, Python operators printed as ``a * b``...) are named like ``from_fx``
+  names them: by the function's ``__name__`` (``getitem``, ``mul``, ``add``...);
+* ``x[1]`` / ``operator.getitem(x, 1)`` becomes ``Node(op="getitem", args=(x, 1))``; an
+  unannotated multi-output producer gets a tuple type filled from its getitems
+  (``None`` where no getitem says);
+* dtypes become the short strings of the annotations (``torch.float32`` -> ``"f32"``),
+  ``device``/``layout``/``pin_memory``/``memory_format``/``non_blocking`` kwargs are dropped,
+  other devices/layouts/memory formats are kept as strings (``"cuda:0"``, ``"torch.strided"``);
+* the last (string) argument of ``_c10d_functional`` collectives -- and of vLLM's
+  ``vllm.all_reduce``/``all_gather``/``reduce_scatter`` -- is replaced by a tuple of global
+  ranks (``groups`` mapping, else every rank when ``world_size`` is known, else kept);
+* ``# File: path:line in fn, code: ...`` comments give the source of the statements that
+  follow them, up to the next ``# File:`` comment or blank line;
+* ``return (a, b, None, c)`` gives outputs ``out0``, ``out1``, ``out3``; a single returned
+  node is ``out``.
+
+Constants. ``self._tensor_constantN`` (get_attr) becomes an op ``constant`` node with
+``kwargs={"value": None}``: the value is not in the dump (it lived in the pickled module).
+Its type is the annotation, or that of the ``lift_fresh_copy`` reading it when the get_attr
+line has none. ``lift_fresh_copy`` itself stays an ``aten.lift_fresh_copy`` node.
+
+Symbolic sizes (``"f32[s0, 768]"``, ``"Sym(s0)"``) must be resolved through
+``symbols={"s0": 8}``; an unresolved symbol in a tensor type is a :class:`DumpError`.
+A ``Sym`` placeholder becomes a ``constant`` node holding the resolved int. ``Sym``
+annotations on op nodes (size computations) give type ``None``.
+
+Mutating custom ops (``auto_functionalized`` higher-order op).
+``auto_functionalized(torch.ops.NS.OP.default, a=x, b=y, ...)`` becomes one node with op
+``"NS.OP"`` and the op's keyword arguments; its outputs follow the HOP convention: index 0
+is the op's own return (``None`` for ops returning nothing), then the new values of the
+mutated arguments in schema order. The schema is not in the dump, so which kwargs are
+mutated is left to the op's rule; getitem indices are kept as printed.
+
+``auto_functionalized_v2`` passes mutated tensors indirectly: ``_all_bases=[b0, b1, ...]``
+lists the base tensors, and each mutated argument ``x`` is described by
+``_x_base_index=i`` plus, when it is a view of the base, ``_x_alias=True``,
+``_x_slice_dim/_x_slice_start/_x_slice_end`` or ``_x_size/_x_stride/_x_storage_offset``
+(list arguments: ``_x_length=n`` and ``_x_0_base_index`` ...). Output ``1 + j`` is the new
+value of base ``j``. The importer rewrites this into the v1 form above, so rules see one
+convention: the op node gets kwarg ``x`` = the base (or a synthetic ``aten.slice`` /
+``aten.as_strided`` view node named ``<node>.x``), and output ``1 + k`` of the op node is
+the new value of its k-th mutated argument. Each printed ``getitem = v2[1 + j]`` keeps its
+name and becomes either ``getitem(op_node, 1 + k)`` (the argument is the whole base) or
+``aten.slice_scatter`` / ``aten.as_strided_scatter`` of the new argument value back into
+the base. Assumed: the wrapped op returns at most one value (true of every op seen in the
+dumps; a multi-return op would shift the indices).
+"""
+from __future__ import annotations
+
+import ast
+import math
+import os
+import re
+from typing import Any
+
+from ..ir.graph import Graph, Node, Source, TensorType
+
+__all__ = ["DumpError", "parse_graph", "load_graph", "load_program", "TORCH_DTYPES"]
+
+# torch.<name> dtype attribute -> the short form used in annotations and by torch_capture.DTYPES
+TORCH_DTYPES = {
+    "float32": "f32", "float": "f32", "float64": "f64", "double": "f64", "float16": "f16", "half": "f16",
+    "bfloat16": "bf16", "int64": "i64", "long": "i64", "int32": "i32", "int": "i32", "int16": "i16",
+    "short": "i16", "int8": "i8", "uint8": "u8", "bool": "b8",
+}
+_DROPPED_KWARGS = {"device", "layout", "pin_memory", "memory_format", "non_blocking"}
+# collectives whose last positional argument is a process-group name
+_GROUP_PREFIXES = ("_c10d_functional.", "_c10d_functional_autograd.")
+_GROUP_OPS = {"vllm.all_reduce", "vllm.all_gather", "vllm.reduce_scatter"}
+_V2_VIEW_SUFFIXES = ("_base_index", "_alias", "_slice_dim", "_slice_start", "_slice_end", "_size", "_stride",
+                     "_storage_offset")
+_SCALAR_ANNOTATIONS = {"int", "float", "bool", "str", "None", "SymInt", "SymFloat", "SymBool"}
+_PY_NAMES = {"inf": math.inf, "nan": math.nan}
+_BINOPS = {
+    ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
+    ast.Mod: "mod", ast.Pow: "pow", ast.MatMult: "matmul", ast.BitAnd: "and_", ast.BitOr: "or_",
+    ast.BitXor: "xor", ast.LShift: "lshift", ast.RShift: "rshift",
+}
+_UNARYOPS = {ast.USub: "neg", ast.UAdd: "pos", ast.Invert: "invert", ast.Not: "not_"}
+_CMPOPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
+
+_FILE_RE = re.compile(r"#\s*File:\s*(?P<file>.+?):(?P<line>\d+)(?: in (?P<fn>[^,]+?))?(?:, code: (?P<code>.*))?\s*$")
+_TYPE_RE = re.compile(r"^\s*(?P<dtype>[A-Za-z_][A-Za-z0-9_]*)\[(?P<shape>[^\[\]]*)\]"
+                      r"(?:\[(?P<stride>[^\[\]]*)\])?\s*(?P<device>[A-Za-z_][\w:]*)?\s*$")
+# torch.fx's dtype abbreviations: f32, bf16, f8e4m3fn, i64, u8, b8, c64, ...
+_DTYPE_RE = re.compile(r"^(?:bf16|[fiucb]\d[0-9a-z_]*)$")
+_SYM_RE = re.compile(r"^\s*Sym\((?P<expr>.*)\)\s*$")
+_CLASS_RE = re.compile(r"^(\s*class\s+)([^\s(:]+)(?=\s*[(:])", re.M)
+_RANK_RE = re.compile(r"\.r(\d+)\.py$")
+
+
+class DumpError(Exception):
+    """The dump is not a readable FX graph (bad input: exit 3). The message starts with
+    ``file:line:``; ``file`` and ``line`` are also attributes."""
+
+    def __init__(self, file: str, line: int | None, message: str):
+        self.file, self.line, self.detail = file, line, message
+        super().__init__(f"{file}:{line}: {message}" if line is not None else f"{file}: {message}")
+
+
+# ---------------------------------------------------------------- helpers
+
+def _dotted(expr: ast.AST) -> str | None:
+    """``torch.ops.aten.mm.default`` -> that string; None if not a plain dotted name."""
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        parts.append(expr.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _torch_op_name(dotted: str) -> str | None:
+    """``torch.ops.NS.OP[.OVERLOAD]`` -> ``NS.OP``."""
+    if not dotted.startswith("torch.ops."):
+        return None
+    parts = dotted.split(".")[2:]
+    return ".".join(parts[:2]) if len(parts) >= 2 else None
+
+
+def _is_identifier(s: str) -> bool:
+    return s.isidentifier()
+
+
+def _fix_class_names(text: str) -> str:
+    """``class <lambda>(torch.nn.Module):`` is printed by FX but is not Python: rename
+    such classes (same line, so line numbers are kept)."""
+    def sub(m):
+        return m.group(0) if _is_identifier(m.group(2)) else m.group(1) + "_fx_graph_"
+    return _CLASS_RE.sub(sub, text)
+
+
+def _sources(lines: list[str]) -> list[Source | None]:
+    """Source in force at each (1-based) line: set by ``# File:`` comments, cleared by blank
+    lines and ``# No stacktrace found`` comments."""
+    out: list[Source | None] = [None]
+    cur = None
+    for raw in lines:
+        s = raw.strip()
+        if not s:
+            cur = None
+        elif s.startswith("#"):
+            m = _FILE_RE.match(s)
+            if m:
+                cur = Source(m.group("file").strip(), int(m.group("line")), (m.group("fn") or "").strip(),
+                             (m.group("code") or "").strip())
+            elif s.startswith("# No stacktrace"):
+                cur = None
+        out.append(cur)
+    return out
+
+
+class _Parser:
+    def __init__(self, text: str, filename: str, groups, world_size, symbols, rank):
+        self.text = text
+        self.filename = filename
+        self.groups = dict(groups or {})
+        self.world_size = world_size
+        self.symbols = dict(symbols or {})
+        self.rank = rank
+        self.graph = Graph(label=filename)
+        self.env: dict[str, Node] = {}
+        self.line = 1
+        self.v2: dict[Node, dict] = {}  # auto_functionalized_v2 node -> base index -> mutations
+        self.submodules: set[str] = set()
+        self.sources: list[Source | None] = []
+        self.current = ""
+
+    # ------------------------------------------------------------ errors
+    def err(self, message: str, line: int | None = None) -> DumpError:
+        return DumpError(self.filename, self.line if line is None else line, message)
+
+    # ------------------------------------------------------------ types
+    def _dim(self, expr: ast.AST, ann: str) -> int:
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+            return expr.value
+        if isinstance(expr, ast.Name):
+            if expr.id in self.symbols:
+                return int(self.symbols[expr.id])
+            raise self.err(f"symbolic size {expr.id!r} in annotation {ann!r}: pass symbols={{{expr.id!r}: <int>}}")
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+            v = self._dim(expr.operand, ann)
+            return -v if isinstance(expr.op, ast.USub) else v
+        if isinstance(expr, ast.BinOp) and type(expr.op) in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod):
+            a, b = self._dim(expr.left, ann), self._dim(expr.right, ann)
+            if isinstance(expr.op, ast.Add):
+                return a + b
+            if isinstance(expr.op, ast.Sub):
+                return a - b
+            if isinstance(expr.op, ast.Mult):
+                return a * b
+            if b == 0:
+                raise self.err(f"division by zero in annotation {ann!r}")
+            return a // b if isinstance(expr.op, ast.FloorDiv) else a % b
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and not expr.keywords:
+            vals = [self._dim(a, ann) for a in expr.args]
+            fn = expr.func.id
+            if fn in ("Max", "Min") and vals:
+                return max(vals) if fn == "Max" else min(vals)
+            if fn in ("FloorDiv", "CeilDiv", "Mod") and len(vals) == 2 and vals[1] != 0:
+                a, b = vals
+                return a // b if fn == "FloorDiv" else (-(-a // b) if fn == "CeilDiv" else a % b)
+        raise self.err(f"cannot parse size {ast.unparse(expr)!r} in annotation {ann!r}")
+
+    def parse_type(self, ann_node: ast.AST | None, placeholder: bool = False):
+        """Annotation -> TensorType, or None for non-tensors; ("sym", value) for a Sym placeholder."""
+        if ann_node is None:
+            return None
+        if isinstance(ann_node, ast.Constant) and isinstance(ann_node.value, str):
+            ann = ann_node.value
+        else:
+            ann = ast.unparse(ann_node)
+        ann_s = ann.strip()
+        m = _SYM_RE.match(ann_s)
+        if m:
+            if not placeholder:
+                return None
+            try:
+                expr = ast.parse(m.group("expr").strip(), mode="eval").body
+            except SyntaxError:
+                raise self.err(f"cannot parse type annotation {ann!r}") from None
+            return ("sym", self._dim(expr, ann))
+        if ann_s in _SCALAR_ANNOTATIONS:
+            return None
+        m = _TYPE_RE.match(ann_s)
+        if not m or not _DTYPE_RE.match(m.group("dtype")):
+            raise self.err(f"cannot parse type annotation {ann!r}")
+        shape_s = m.group("shape").strip()
+        if not shape_s:
+            return TensorType((), m.group("dtype"))
+        try:
+            tup = ast.parse(f"({shape_s},)", mode="eval").body
+        except SyntaxError:
+            raise self.err(f"cannot parse type annotation {ann!r}") from None
+        if not isinstance(tup, ast.Tuple):
+            raise self.err(f"cannot parse type annotation {ann!r}")
+        if m.group("stride") is not None and m.group("stride").strip():
+            try:
+                ast.parse(f"({m.group('stride')},)", mode="eval")
+            except SyntaxError:
+                raise self.err(f"cannot parse strides in type annotation {ann!r}") from None
+        shape = tuple(self._dim(e, ann) for e in tup.elts)
+        if any(d < 0 for d in shape):
+            raise self.err(f"negative size in type annotation {ann!r}")
+        return TensorType(shape, m.group("dtype"))
+
+    # ------------------------------------------------------------ values
+    def add(self, node: Node) -> Node:
+        if node.name in self.env:
+            raise self.err(f"{node.name!r} is defined twice")
+        self.env[node.name] = node
+        self.graph.nodes.append(node)
+        return node
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.env:
+            name, i = f"{base}.{i}", i + 1
+        return name
+
+    def value(self, expr: ast.AST):
+        """An argument expression -> a Node, a Python literal, or a string."""
+        if isinstance(expr, ast.Constant):
+            return expr.value
+        if isinstance(expr, ast.Name):
+            if expr.id in self.env:
+                return self.env[expr.id]
+            if expr.id in _PY_NAMES:
+                return _PY_NAMES[expr.id]
+            raise self.err(f"undefined name {expr.id!r}")
+        if isinstance(expr, ast.List):
+            return [self.value(e) for e in expr.elts]
+        if isinstance(expr, ast.Tuple):
+            return tuple(self.value(e) for e in expr.elts)
+        if isinstance(expr, ast.Dict):
+            if any(k is None for k in expr.keys):
+                raise self.err(f"unsupported argument {ast.unparse(expr)!r}")
+            return {self.value(k): self.value(v) for k, v in zip(expr.keys, expr.values)}
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+            v = self.value(expr.operand)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return -v if isinstance(expr.op, ast.USub) else v
+        if isinstance(expr, ast.BinOp) and type(expr.op) in (ast.Add, ast.Sub, ast.Mult):
+            a, b = self.value(expr.left), self.value(expr.right)
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)):
+                return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}[type(expr.op)]
+        if isinstance(expr, ast.Attribute):
+            dotted = _dotted(expr)
+            if dotted is not None:
+                if dotted.startswith("torch.ops."):
+                    op = _torch_op_name(dotted)
+                    if op:
+                        return op
+                elif dotted.startswith("torch.") and dotted.count(".") == 1:
+                    name = dotted.split(".", 1)[1]
+                    return TORCH_DTYPES.get(name, dotted)
+                elif dotted.startswith("self.") and dotted.count(".") == 1:
+                    attr = dotted.split(".", 1)[1]
+                    if attr in self.submodules:
+                        return dotted
+                    if attr in self.env:
+                        return self.env[attr]
+                    return self.add(Node(attr, "constant", kwargs={"value": None}, source=self.src))
+        if isinstance(expr, ast.Call):
+            fn = _dotted(expr.func)
+            if fn in ("device", "torch.device"):
+                return self._device(expr)
+            if fn == "float" and len(expr.args) == 1 and not expr.keywords:
+                v = self.value(expr.args[0])
+                if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+                    try:
+                        return float(v)
+                    except ValueError:
+                        pass
+            if fn == "slice" and not expr.keywords and len(expr.args) <= 3:
+                return slice(*[self.value(a) for a in expr.args])
+            if fn == "torch.Size" and len(expr.args) == 1 and not expr.keywords:
+                return tuple(self.value(expr.args[0]))
+        raise self.err(f"unsupported argument {ast.unparse(expr)!r}")
+
+    def _device(self, call: ast.Call) -> str:
+        kw = {k.arg: self.value(k.value) for k in call.keywords}
+        args = [self.value(a) for a in call.args]
+        dtype = kw.get("type", args[0] if args else None)
+        index = kw.get("index", args[1] if len(args) > 1 else None)
+        if not isinstance(dtype, str):
+            raise self.err(f"unsupported device {ast.unparse(call)!r}")
+        return dtype if index is None else f"{dtype}:{index}"
+
+    # ------------------------------------------------------------ statements
+    @property
+    def src(self) -> Source | None:
+        return self.sources[self.line] if 0 <= self.line < len(self.sources) else None
+
+    def kwargs_of(self, call: ast.Call) -> dict:
+        out = {}
+        for k in call.keywords:
+            if k.arg is None:
+                raise self.err(f"unsupported **kwargs in {ast.unparse(call)[:80]!r}")
+            if k.arg in _DROPPED_KWARGS:
+                continue
+            out[k.arg] = self.value(k.value)
+        return out
+
+    def resolve_group(self, name: str):
+        if name in self.groups:
+            g = self.groups[name]
+            g = list(g)
+            if g and all(isinstance(x, (list, tuple)) for x in g):  # a partition: pick this rank's part
+                if self.rank is None:
+                    raise self.err(f"group {name!r} is given per rank, but this graph's rank is not known")
+                for part in g:
+                    if self.rank in part:
+                        return tuple(int(r) for r in part)
+                raise self.err(f"rank {self.rank} is in no part of group {name!r}")
+            return tuple(int(r) for r in g)
+        if self.world_size is not None:
+            return tuple(range(self.world_size))
+        return name
+
+    def call_node(self, name: str, call: ast.Call, ann_type) -> Node:
+        fn = _dotted(call.func)
+        if fn is None:
+            raise self.err(f"unsupported call {ast.unparse(call)[:80]!r}")
+        op = _torch_op_name(fn)
+        if op in ("higher_order.auto_functionalized", "higher_order.auto_functionalized_v2"):
+            return self.auto_functionalized(name, call, ann_type, v2=op.endswith("_v2"))
+        if op is None:
+            if fn.split(".", 1)[0] in self.env:
+                raise self.err(f"unsupported call {fn}(...): a method call (call_method node); "
+                               "only ATen-level graphs are supported")
+            if fn.startswith("torch.ops."):
+                raise self.err(f"cannot read op name from {fn!r}")
+            op = fn.rsplit(".", 1)[-1]  # like from_fx: the callable's __name__
+        args = tuple(self.value(a) for a in call.args)
+        kwargs = self.kwargs_of(call)
+        if op == "getitem":
+            return self.getitem(name, args, ann_type)
+        if (op.startswith(_GROUP_PREFIXES) or op in _GROUP_OPS) and args and isinstance(args[-1], str):
+            args = args[:-1] + (self.resolve_group(args[-1]),)
+        if "group_name" in kwargs and isinstance(kwargs["group_name"], str) and (
+                op.startswith(_GROUP_PREFIXES) or op in _GROUP_OPS):
+            kwargs["group_name"] = self.resolve_group(kwargs["group_name"])
+        node = self.add(Node(name, op, args, kwargs, ann_type, self.src))
+        if op == "aten.lift_fresh_copy" and args and isinstance(args[0], Node) and args[0].op == "constant" \
+                and args[0].type is None and isinstance(ann_type, TensorType):
+            args[0].type = ann_type
+        return node
+
+    def getitem(self, name: str, args: tuple, ann_type) -> Node:
+        if len(args) != 2 or not isinstance(args[0], Node):
+            raise self.err(f"getitem of something that is not a node: {args!r}")
+        producer, index = args
+        if producer in self.v2 and isinstance(index, int):
+            return self.v2_getitem(name, producer, index, ann_type)
+        node = self.add(Node(name, "getitem", (producer, index), {}, ann_type, self.src))
+        if isinstance(index, int) and not isinstance(index, bool) and index >= 0 and (
+                producer.type is None or isinstance(producer.type, tuple)):
+            self.set_output_type(producer, index, ann_type)
+        return node
+
+    @staticmethod
+    def set_output_type(producer: Node, index: int, ty) -> None:
+        types = list(producer.type or ())
+        if len(types) <= index:
+            types.extend([None] * (index + 1 - len(types)))
+        if ty is not None or types[index] is None:
+            types[index] = ty
+        producer.type = tuple(types)
+
+    # ------------------------------------------------------------ auto_functionalized
+    def auto_functionalized(self, name: str, call: ast.Call, ann_type, v2: bool) -> Node:
+        if not call.args:
+            raise self.err("auto_functionalized without the op it wraps")
+        target = _dotted(call.args[0])
+        op = _torch_op_name(target) if target else None
+        if op is None:
+            raise self.err(f"auto_functionalized of {ast.unparse(call.args[0])!r}: expected torch.ops.NS.OP")
+        if len(call.args) > 1:
+            raise self.err("auto_functionalized takes the op's arguments as keywords only")
+        kwargs = self.kwargs_of(call)
+        for k in ("_only_clone_these_tensors", "_only_clone_these_bases"):
+            kwargs.pop(k, None)
+        if not v2:
+            return self.add(Node(name, op, (), kwargs, None, self.src))
+        bases = kwargs.pop("_all_bases", [])
+        if not isinstance(bases, (list, tuple)) or not all(isinstance(b, Node) for b in bases):
+            raise self.err(f"auto_functionalized_v2: _all_bases must be a list of nodes, got {bases!r}")
+        lists = [k[1:-len("_length")] for k in kwargs if k.startswith("_") and k.endswith("_length")]
+        elem_re = re.compile("^(?:" + "|".join(re.escape(l) for l in lists) + r")_\d+$") if lists else None
+        names: list[str] = []  # mutable arguments, in schema (= printed) order
+        meta: set[str] = set()
+        for k in kwargs:
+            if k.startswith("_") and k.endswith("_length") and k[1:-len("_length")] in lists:
+                names.append(k[1:-len("_length")])
+                meta.add(k)
+            elif k.startswith("_") and k.endswith("_base_index"):
+                m = k[1:-len("_base_index")]
+                if elem_re is None or not elem_re.match(m):
+                    names.append(m)
+        prefixes = [f"_{m}" for m in names if m not in lists]
+        for l in lists:
+            n = kwargs.get(f"_{l}_length")
+            prefixes += [f"_{l}_{i}" for i in range(n if isinstance(n, int) else 0)]
+        for pre in prefixes:
+            meta.update(pre + s for s in _V2_VIEW_SUFFIXES)
+        op_kwargs = {k: v for k, v in kwargs.items() if k not in meta}
+        node = Node(name, op, (), op_kwargs, None, self.src)
+        mutations: dict[int, list] = {}  # base index -> [(output index, element index or None, view)]
+        for k, m in enumerate(names):
+            if m in lists:
+                n = kwargs.get(f"_{m}_length")
+                if n is None:
+                    op_kwargs[m] = None
+                    continue
+                elems = []
+                for i in range(int(n)):
+                    view = self.v2_view(kwargs, f"_{m}_{i}", bases, m)
+                    elems.append(view)
+                    if view is not None:
+                        mutations.setdefault(view["base"], []).append((1 + k, i, view))
+                op_kwargs[m] = [None if v is None else v["value"] for v in elems]
+            else:
+                view = self.v2_view(kwargs, f"_{m}", bases, m)
+                if view is None:
+                    op_kwargs[m] = None
+                    continue
+                op_kwargs[m] = view["value"]
+                mutations.setdefault(view["base"], []).append((1 + k, None, view))
+        self.add(node)  # after the synthetic view nodes v2_view added
+        node.type = tuple([None] + [None] * len(names))
+        for k, m in enumerate(names):
+            v = op_kwargs.get(m)
+            if isinstance(v, Node):
+                node.type = node.type[:1 + k] + (v.type,) + node.type[2 + k:]
+        self.v2[node] = {"bases": list(bases), "mutations": mutations}
+        return node
+
+    def v2_view(self, kwargs: dict, prefix: str, bases: list, arg: str):
+        idx = kwargs.get(f"{prefix}_base_index")
+        if idx is None:
+            return None
+        if not isinstance(idx, int) or not 0 <= idx < len(bases):
+            raise self.err(f"auto_functionalized_v2: {prefix}_base_index={idx!r} is not an index into _all_bases")
+        base = bases[idx]
+        if kwargs.get(f"{prefix}_slice_dim") is not None or f"{prefix}_slice_dim" in kwargs:
+            dim, start, end = (kwargs.get(f"{prefix}_slice_{s}") for s in ("dim", "start", "end"))
+            ty = None
+            if isinstance(base.type, TensorType) and isinstance(dim, int) and -len(base.shape) <= dim < len(
+                    base.shape) and all(v is None or type(v) is int for v in (start, end)):
+                shape = list(base.shape)
+                shape[dim] = len(range(*slice(start, end).indices(shape[dim])))
+                ty = TensorType(tuple(shape), base.type.dtype)
+            view = self.add(Node(self.fresh(f"{self.current}.{arg}"), "aten.slice", (base, dim, start, end), {}, ty,
+                                 self.src))
+            return {"base": idx, "value": view, "node": view, "kind": "slice", "params": (dim, start, end)}
+        if f"{prefix}_storage_offset" in kwargs:
+            size, stride, off = (kwargs.get(f"{prefix}_{s}") for s in ("size", "stride", "storage_offset"))
+            ty = TensorType(tuple(size), base.type.dtype) if isinstance(base.type, TensorType) and isinstance(
+                size, (list, tuple)) and all(isinstance(s, int) for s in size) else None
+            view = self.add(Node(self.fresh(f"{self.current}.{arg}"), "aten.as_strided", (base, size, stride, off), {},
+                                 ty, self.src))
+            return {"base": idx, "value": view, "node": view, "kind": "as_strided", "params": (size, stride, off)}
+        # the base itself, or an alias of it (_x_alias=True): same values
+        return {"base": idx, "value": base, "node": None, "kind": "whole", "params": ()}
+
+    def v2_getitem(self, name: str, producer: Node, index: int, ann_type) -> Node:
+        info = self.v2[producer]
+        if index == 0:
+            node = self.add(Node(name, "getitem", (producer, 0), {}, ann_type, self.src))
+            self.set_output_type(producer, 0, ann_type)
+            return node
+        j = index - 1
+        if not 0 <= j < len(info["bases"]):
+            raise self.err(f"{producer.name}[{index}]: auto_functionalized_v2 has {len(info['bases'])} bases")
+        muts = info["mutations"].get(j, [])
+        if not muts:  # a base no argument mutates: unchanged
+            raise self.err(f"{producer.name}[{index}]: no argument of {producer.op} mutates base {j}")
+        if len(muts) == 1 and muts[0][2]["kind"] == "whole":
+            out, elem, _ = muts[0]
+            if elem is None:
+                node = self.add(Node(name, "getitem", (producer, out), {}, ann_type, self.src))
+                if ann_type is not None:
+                    self.set_output_type(producer, out, ann_type)
+                return node
+            lst = self.add(Node(self.fresh(f"{name}.list"), "getitem", (producer, out), {}, None, self.src))
+            return self.add(Node(name, "getitem", (lst, elem), {}, ann_type, self.src))
+        cur = info["bases"][j]
+        for i, (out, elem, view) in enumerate(muts):
+            new = self.add(Node(self.fresh(f"{name}.arg{out}"), "getitem", (producer, out), {},
+                                view["value"].type if elem is None else None, self.src))
+            if elem is not None:
+                new = self.add(Node(self.fresh(f"{name}.arg{out}_{elem}"), "getitem", (new, elem), {},
+                                    view["value"].type, self.src))
+            last = i == len(muts) - 1
+            nm = name if last else self.fresh(f"{name}.scatter{i}")
+            ty = ann_type if last else cur.type
+            if view["kind"] == "whole":
+                cur = new if not last else self.add(Node(nm, "aten.alias", (new,), {}, ty, self.src))
+            elif view["kind"] == "slice":
+                cur = self.add(Node(nm, "aten.slice_scatter", (cur, new, *view["params"]), {}, ty, self.src))
+            else:
+                cur = self.add(Node(nm, "aten.as_strided_scatter", (cur, new, *view["params"]), {}, ty, self.src))
+        return cur
+
+    # ------------------------------------------------------------ the function body
+    def assign(self, name: str, expr: ast.AST, ann_type) -> None:
+        self.current = name
+        if isinstance(ann_type, tuple):  # Sym annotation on a non-placeholder: handled by parse_type
+            ann_type = None
+        if isinstance(expr, ast.Call):
+            self.call_node(name, expr, ann_type)
+        elif isinstance(expr, ast.Subscript):
+            producer = self.value(expr.value)
+            index = self.value(expr.slice)
+            self.getitem(name, (producer, index), ann_type)
+        elif isinstance(expr, ast.Attribute) and (_dotted(expr) or "").startswith("self.") \
+                and (_dotted(expr) or "").count(".") == 1:
+            self.add(Node(name, "constant", kwargs={"value": None}, type=ann_type, source=self.src))
+        elif isinstance(expr, (ast.BinOp, ast.UnaryOp, ast.Compare)):
+            self.operator(name, expr, ann_type)
+        elif isinstance(expr, ast.Name) and expr.id in self.env:
+            if name in self.env:
+                raise self.err(f"{name!r} is defined twice")
+            self.env[name] = self.env[expr.id]
+        else:
+            v = self.value(expr)
+            if isinstance(v, Node):
+                self.env[name] = v
+            else:
+                self.add(Node(name, "constant", kwargs={"value": v}, type=ann_type, source=self.src))
+
+    def operator(self, name: str, expr: ast.AST, ann_type) -> None:
+        if isinstance(expr, ast.BinOp) and type(expr.op) in _BINOPS:
+            op, args = _BINOPS[type(expr.op)], (self.value(expr.left), self.value(expr.right))
+        elif isinstance(expr, ast.UnaryOp) and type(expr.op) in _UNARYOPS:
+            op, args = _UNARYOPS[type(expr.op)], (self.value(expr.operand),)
+        elif isinstance(expr, ast.Compare) and len(expr.ops) == 1 and type(expr.ops[0]) in _CMPOPS:
+            op, args = _CMPOPS[type(expr.ops[0])], (self.value(expr.left), self.value(expr.comparators[0]))
+        else:
+            raise self.err(f"unsupported expression {ast.unparse(expr)[:80]!r}")
+        if not any(isinstance(a, Node) for a in args):
+            self.add(Node(name, "constant", kwargs={"value": self.value(expr)}, type=ann_type, source=self.src))
+            return
+        self.add(Node(name, op, args, {}, ann_type, self.src))
+
+    def input(self, name: str, ty, line: int) -> None:
+        self.line = line
+        if isinstance(ty, tuple) and ty and ty[0] == "sym":
+            self.add(Node(name, "constant", kwargs={"value": ty[1]}))
+        else:
+            self.add(Node(name, "input", type=ty))
+
+    def outputs(self, value: ast.AST | None) -> None:
+        if value is None:
+            return
+        if isinstance(value, ast.Call) and (_dotted(value.func) or "").endswith("tree_unflatten") and value.args:
+            value = value.args[0]
+        if isinstance(value, (ast.Tuple, ast.List)):
+            flat = []
+
+            def walk(v):
+                if isinstance(v, (list, tuple)):
+                    for x in v:
+                        walk(x)
+                else:
+                    flat.append(v)
+            walk(self.value(value))
+            for i, v in enumerate(flat):
+                if isinstance(v, Node):
+                    self.graph.outputs[f"out{i}"] = v
+            return
+        v = self.value(value)
+        if isinstance(v, Node):
+            self.graph.outputs["out"] = v
+
+    def run(self) -> Graph:
+        text = _fix_class_names(self.text)
+        lines = text.splitlines()
+        self.sources = _sources(lines)
+        try:
+            module = ast.parse(text, filename=self.filename)
+        except SyntaxError as exc:
+            raise DumpError(self.filename, exc.lineno or len(lines),
+                            f"syntax error: {exc.msg} (truncated or garbled dump?)") from None
+        except (ValueError, RecursionError, MemoryError) as exc:
+            raise DumpError(self.filename, None, f"cannot parse: {exc}") from None
+        fn = self.find_forward(module)
+        self.line = fn.lineno
+        body = fn.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]
+        # joint graphs: forward(self, primals, tangents) + "a, b, ... = fx_pytree.tree_flatten_spec(...)"
+        containers, unpacked = set(), False
+        for st in body:
+            if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call) and (
+                    _dotted(st.value.func) or "").endswith("tree_flatten_spec"):
+                unpacked = True
+                for a in st.value.args:
+                    for n in ast.walk(a):
+                        if isinstance(n, ast.Name):
+                            containers.add(n.id)
+        params = list(fn.args.posonlyargs) + list(fn.args.args) + list(fn.args.kwonlyargs)
+        if params and params[0].arg == "self":
+            params = params[1:]
+        for p in params:
+            if p.arg in containers and p.annotation is None:
+                continue
+            self.line = p.lineno
+            self.input(p.arg, self.parse_type(p.annotation, placeholder=True), p.lineno)
+        declared: dict[str, Any] = {}
+        for st in body:
+            self.line = st.lineno
+            self.current = ""
+            self.statement(st, declared, unpacked)
+        self.finish()
+        return self.graph
+
+    def find_forward(self, module: ast.Module) -> ast.FunctionDef:
+        for st in module.body:
+            if isinstance(st, ast.FunctionDef) and st.name == "forward":
+                return st
+        for st in module.body:
+            if isinstance(st, ast.ClassDef):
+                for sub in st.body:
+                    if isinstance(sub, ast.FunctionDef) and sub.name == "forward":
+                        self.submodules = {s.name for s in st.body if isinstance(s, ast.ClassDef)}
+                        return sub
+        raise DumpError(self.filename, 1, "no forward(...) definition found (not a print_readable() dump?)")
+
+    def statement(self, st: ast.stmt, declared: dict, unpacked: bool) -> None:
+        if isinstance(st, ast.AnnAssign):
+            if not isinstance(st.target, ast.Name):
+                raise self.err(f"unsupported assignment target {ast.unparse(st.target)!r}")
+            name = st.target.id
+            if st.value is None:  # placeholder declaration (joint graphs)
+                ty = self.parse_type(st.annotation, placeholder=True)
+                if unpacked:
+                    declared[name] = ty
+                elif name not in self.env:
+                    self.input(name, ty, st.lineno)
+                return
+            if isinstance(st.value, ast.Constant) and st.value.value is None:
+                return
+            self.assign(name, st.value, self.parse_type(st.annotation))
+        elif isinstance(st, ast.Assign):
+            if isinstance(st.value, ast.Constant) and st.value.value is None:
+                return  # "x = None" / "a = b = None": freeing
+            if len(st.targets) != 1:
+                raise self.err(f"unsupported chained assignment {ast.unparse(st)[:80]!r}")
+            target = st.targets[0]
+            if isinstance(target, (ast.Tuple, ast.List)) and isinstance(st.value, ast.Call) and (
+                    _dotted(st.value.func) or "").endswith("tree_flatten_spec"):
+                for e in target.elts:
+                    if not isinstance(e, ast.Name):
+                        raise self.err(f"unsupported unpacking target {ast.unparse(e)!r}")
+                    if e.id not in self.env:
+                        self.input(e.id, declared.get(e.id), st.lineno)
+                return
+            if not isinstance(target, ast.Name):
+                raise self.err(f"unsupported assignment target {ast.unparse(target)[:80]!r}")
+            self.assign(target.id, st.value, None)
+        elif isinstance(st, ast.Return):
+            self.outputs(st.value)
+        elif isinstance(st, ast.Expr):
+            if isinstance(st.value, ast.Constant):
+                return
+            if isinstance(st.value, ast.Call):
+                self.assign(self.fresh(f"_stmt_line{st.lineno}"), st.value, None)
+                return
+            raise self.err(f"unsupported statement {ast.unparse(st)[:80]!r}")
+        elif isinstance(st, (ast.Pass, ast.Delete)):
+            return
+        else:
+            raise self.err(f"unsupported statement {ast.unparse(st).splitlines()[0][:80]!r}")
+
+    def finish(self) -> None:
+        # getitems without annotations take the type their producer's other uses gave
+        for n in self.graph.nodes:
+            if n.op == "getitem" and n.type is None and isinstance(n.args[0], Node) \
+                    and isinstance(n.args[0].type, tuple) and isinstance(n.args[1], int) \
+                    and 0 <= n.args[1] < len(n.args[0].type):
+                n.type = n.args[0].type[n.args[1]]
+
+
+# ---------------------------------------------------------------- API
+
+def parse_graph(text: str, filename: str = "<dump>", groups: dict[str, Any] | None = None,
+                world_size: int | None = None, *, symbols: dict[str, int] | None = None,
+                rank: int | None = None) -> Graph:
+    """Parse one ``print_readable()`` dump into a Graph (see the module doc for conventions).
+
+    ``groups`` maps a collective's group name to its global ranks (a tuple), or to a
+    partition (a list of tuples: this ``rank``'s part is used); names not in it mean every
+    rank ``0..world_size-1`` when ``world_size`` is given, else stay strings. ``symbols``
+    resolves symbolic sizes. Raises :class:`DumpError` (``file:line: ...``) on bad input.
+    """
+    if not isinstance(text, str):
+        raise DumpError(filename, None, f"expected text, got {type(text).__name__}")
+    p = _Parser(text, filename, groups, world_size, symbols, rank)
+    try:
+        return p.run()
+    except DumpError:
+        raise
+    except Exception as exc:  # never let a malformed dump escape as anything else
+        raise DumpError(filename, p.line, f"cannot import this statement: {type(exc).__name__}: {exc}") from exc
+
+
+def load_graph(path: str, **kw) -> Graph:
+    """Read and parse one dump file (keyword arguments as for :func:`parse_graph`)."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DumpError(path, None, f"cannot read: {exc}") from None
+    return parse_graph(text, filename=kw.pop("filename", path), **kw)
+
+
+def _rank_of(path: str) -> int | None:
+    m = _RANK_RE.search(os.path.basename(path))
+    return int(m.group(1)) if m else None
+
+
+def load_program(paths_or_dir, kind: str = "fw", *, graph: str | None = None,
+                 groups: dict[str, Any] | None = None, symbols: dict[str, int] | None = None) -> list[Graph]:
+    """One distributed program: a directory of per-rank dumps named ``<kind>[.<graph>].r<N>.py``
+    (``kind`` picks ``fw``/``bw``/``both``; ``graph`` picks e.g. ``g0`` when several exist),
+    or an explicit list of files. Graphs come back sorted by rank number; collective group
+    names resolve against ``groups``, else to all ``len(files)`` ranks."""
+    if isinstance(paths_or_dir, (str, os.PathLike)) and os.path.isdir(paths_or_dir):
+        d = os.fspath(paths_or_dir)
+        pat = re.compile(r"^" + re.escape(kind) + r"(?:\.(?P<mid>.+?))?\.r(?P<rank>\d+)\.py$")
+        found: dict[str, list[str]] = {}
+        kinds = set()
+        for f in sorted(os.listdir(d)):
+            m = pat.match(f)
+            if m:
+                found.setdefault(m.group("mid") or "", []).append(os.path.join(d, f))
+            elif _RANK_RE.search(f):
+                kinds.add(f.split(".", 1)[0])
+        if graph is not None:
+            found = {k: v for k, v in found.items() if k == graph}
+        if not found:
+            other = f" (found: {', '.join(sorted(kinds))})" if kinds else ""
+            raise DumpError(d, None, f"no {kind}[.<graph>].r<N>.py files{other}")
+        if len(found) > 1:
+            raise DumpError(d, None, f"several {kind} graphs ({', '.join(sorted(found))}): pick one with graph=")
+        paths = next(iter(found.values()))
+    elif isinstance(paths_or_dir, (str, os.PathLike)):
+        if not os.path.exists(paths_or_dir):
+            raise DumpError(os.fspath(paths_or_dir), None, "no such file or directory")
+        paths = [os.fspath(paths_or_dir)]
+    else:
+        paths = [os.fspath(p) for p in paths_or_dir]
+    if not paths:
+        raise DumpError("<program>", None, "no files given")
+    ranks = [_rank_of(p) for p in paths]
+    if any(r is not None for r in ranks):
+        missing = [p for p, r in zip(paths, ranks) if r is None]
+        if missing:
+            raise DumpError(missing[0], None, "no rank number in the file name (expected ...r<N>.py)")
+        order = sorted(range(len(paths)), key=lambda i: ranks[i])
+        paths = [paths[i] for i in order]
+        ranks = [ranks[i] for i in order]
+        if ranks != list(range(len(paths))):
+            dup = sorted({r for r in ranks if ranks.count(r) > 1})
+            what = f"rank {dup[0]} given twice" if dup else \
+                f"ranks {ranks} are not 0..{len(paths) - 1}"
+            raise DumpError(paths[0], None, f"{what}: a program needs one file per rank")
+    else:
+        ranks = list(range(len(paths)))
+    world = len(paths)
+    graphs = []
+    for r, p in zip(ranks, paths):
+        g = load_graph(p, groups=groups, world_size=world, symbols=symbols, rank=r)
+        g.label = f"rank {r} ({os.path.basename(p)})"
+        graphs.append(g)
+    return graphs
+
