@@ -18,6 +18,8 @@ def _eval_node(inputs: dict):
         if node.op == "input":
             return inputs[node.name]
         if node.op == "constant":
+            if node.type is not None and node.kwargs.get("value") is None:
+                raise NumericError(f"the value of constant {node.name} is not known (not printed in the dump)")
             return node.kwargs["value"]
         opdef = lookup(node.op)
         if opdef is None:
@@ -34,9 +36,29 @@ def _eval_collective(nodes, args):
     return opdef.numerics([a[0] for a in args], *args[0][1:])
 
 
+MAX_ELEMENTS = 1 << 25  # per tensor (256 MiB of float64): beyond that, no numeric evidence
+
+
+def _too_large(graphs) -> str | None:
+    for g in graphs:
+        for n in g.nodes:
+            for ty in (n.type if isinstance(n.type, tuple) else (n.type,)):
+                if ty is not None and ty.numel > MAX_ELEMENTS:
+                    return f"{n.name} has {ty.numel:,} elements"
+    return None
+
+
+def check_evaluable(seq: Graph, dist: DistributedProgram) -> None:
+    big = _too_large([seq] + dist.graphs)
+    if big:
+        raise NumericError(f"the programs are too large to evaluate numerically ({big}); capture them at a "
+                           f"smaller configuration for counterexamples")
+
+
 def evaluate(seq: Graph, dist: DistributedProgram, seq_inputs: dict, dist_inputs: list[dict]):
     """Returns (single-device env, [per-rank env]); envs map nodes to values."""
-    s = run_lockstep([seq], _eval_node(seq_inputs), lambda n, a: [None])
+    check_evaluable(seq, dist)
+    s = run_lockstep([seq], _eval_node(seq_inputs), _eval_collective)  # a group of one: identity
     runners = [_eval_node(dist_inputs[r]) for r in range(dist.world_size)]
     d = run_lockstep(dist.graphs, lambda r, n, env: runners[r](r, n, env), _eval_collective)
     return s.envs[0], d.envs

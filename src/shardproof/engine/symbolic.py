@@ -43,7 +43,11 @@ def _evaluator(terms: TermStore, inputs: dict[str, Val], unsupported: list, worl
         if node.op == "input":
             return inputs[node.name]
         if node.op == "constant":
-            return node.kwargs["value"] if node.type is None else _const(terms, node)
+            if node.type is None:
+                return node.kwargs["value"]
+            if node.kwargs.get("value") is None:  # a dump that does not print the constant's value
+                return _opaque(terms, node, who)
+            return _const(terms, node)
         opdef = lookup(node.op)
         if opdef is None:
             unsupported.append(Unsupported(who, node, f"no rule for op {node.op}"))
@@ -69,19 +73,19 @@ def _const(terms: TermStore, node: Node) -> Val:
 def interpret(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, Val],
               dist_inputs: list[dict[str, Val]], terms: TermStore) -> SymbolicRun:
     unsupported: list[Unsupported] = []
-    seq_run = run_lockstep([seq], _evaluator(terms, seq_inputs, unsupported, 1, "seq"),
-                           lambda nodes, args: [None])
-    world = dist.world_size
-
     def eval_collective(nodes, args):
         opdef = lookup(nodes[0].op)
-        ctx = RuleCtx(terms, nodes[0], 0, world)
+        ctx = RuleCtx(terms, nodes[0], 0, len(nodes))
         vals = [a[0] for a in args]
         try:
             return opdef.rule(ctx, vals, *args[0][1:])
         except Exception as exc:
             unsupported.append(Unsupported(None, nodes[0], f"rule for {nodes[0].op} failed: {exc}"))
             return [_opaque(terms, n, i) for i, n in enumerate(nodes)]
+
+    # the single-device program may carry collectives over groups of one (TP=1 dumps)
+    seq_run = run_lockstep([seq], _evaluator(terms, seq_inputs, unsupported, 1, "seq"), eval_collective)
+    world = dist.world_size
 
     evals = [_evaluator(terms, dist_inputs[r], unsupported, world, "dist") for r in range(world)]
     dist_run = run_lockstep(dist.graphs, lambda r, n, env: evals[r](r, n, env), eval_collective)

@@ -22,7 +22,7 @@ from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation, relation_by_value
 from ..relations.spec import Ignore, Partial, Relation, RelationError, Replicate, Shard, Slices, chunk_bounds
-from .numeric import evaluate
+from .numeric import check_evaluable, evaluate
 from .result import Finding, OutputCheck, Report
 from .symbolic import SymbolicRun, interpret
 
@@ -313,6 +313,7 @@ def differing_outputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, 
                       expect: dict | None = None, examples: dict | None = None, names=None, seed: int = 0):
     """Outputs whose distributed values do not relate to the single-device values as
     expected, on one numeric instance (evidence, never proof); also returns the instance."""
+    check_evaluable(seq, dist)
     s_in, d_in = numeric_inputs(seq, dist, bindings, examples, seed)
     s_env, d_envs = evaluate(seq, dist, s_in, d_in)
     expect = expect or {}

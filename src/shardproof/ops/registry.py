@@ -62,5 +62,5 @@ def _load_builtin() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from . import aten, collectives  # noqa: F401  (declarations register themselves)
+        from . import aten, collectives, frameworks  # noqa: F401  (declarations register themselves)
         from ..algebra import lemmas  # noqa: F401  (pattern lemmas register themselves)

@@ -1,0 +1,104 @@
+"""Framework ops seen in real graph dumps: Megatron's apex fused layer norm, vLLM's custom
+kernels (as ``auto_functionalized`` nodes: output 0 is the op's return, then the new
+values of the arguments it mutates), vLLM's all_reduce, and logging ops.
+
+Each is declared once, and most reuse the ATen family they compute (the same term as
+the ATen spelling, so a program mixing both still matches)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..algebra import compute, layout
+from ..algebra.layout import Val, shape_of
+from ..algebra.ranks import combine
+from .aten import _layer_norm_num, _rms_norm_num
+from .common import as_float, template
+from .registry import RuleCtx, declare
+
+# ------------------------------------------------------------------ apex (Megatron)
+
+
+def _apex_ln_num(x, w, b, shape, eps):
+    y, mean, rstd = _layer_norm_num(x, shape, w, b, eps)
+    return y, mean.reshape(-1), rstd.reshape(-1)
+
+
+def _apex_ln_rule(ctx: RuleCtx, x: Val, w: Val, b: Val, shape, eps):
+    """The same terms as ``native_layer_norm(x, shape, w, b, eps)``; apex returns the
+    statistics flattened over the rows (views of the same values)."""
+    attrs = template((x, shape, w, b, eps), {})
+    lead = shape_of(ctx.terms, x)[:len(x.vecs) - len(shape)]
+    stats = lead + (1,) * len(shape)
+    y, mean, rstd = compute.rowwise(ctx.terms, "layer_norm", attrs, [x, w, b], len(shape),
+                                    [shape_of(ctx.terms, x), stats, stats])
+    rows = (int(np.prod(lead)),)
+    return y, layout.reshape(ctx.terms, mean, rows), layout.reshape(ctx.terms, rstd, rows)
+
+
+declare("apex.fused_layer_norm_affine_fwd", numerics=_apex_ln_num, rule=_apex_ln_rule,
+        doc="Megatron/apex fused layer norm (out, mean, invvar)")
+
+# ------------------------------------------------------------------ logging (identity)
+
+declare("tg.log_tensor", numerics=lambda x, *a, **k: as_float(x) if np.asarray(x).dtype != bool else x,
+        rule=lambda ctx, x, *a, **k: x, doc="logs a tensor, returns it")
+declare("tg.inplace_log_tensor", numerics=lambda t=None, **k: (None, t), rule=lambda ctx, t=None, **k: (None, t),
+        doc="logs a tensor in place (auto_functionalized: the tensor comes back unchanged)")
+
+# ------------------------------------------------------------------ vLLM
+
+
+def _rms(ctx: RuleCtx, x: Val, w: Val, eps) -> Val:
+    d = shape_of(ctx.terms, x)[-1]
+    attrs = template((x, [d], w, eps), {})
+    return compute.rowwise(ctx.terms, "rms_norm", attrs, [x, w], 1, [shape_of(ctx.terms, x)])[0]
+
+
+declare("_C.rms_norm",
+        numerics=lambda result=None, input=None, weight=None, epsilon=1e-6: (
+            None, _rms_norm_num(input, [np.shape(input)[-1]], weight, epsilon)[0]),
+        rule=lambda ctx, result=None, input=None, weight=None, epsilon=1e-6: (None, _rms(ctx, input, weight, epsilon)),
+        doc="vLLM RMS norm into `result`")
+
+
+def _fused_add_num(input=None, residual=None, weight=None, epsilon=1e-6):
+    s = as_float(input) + as_float(residual)
+    return None, _rms_norm_num(s, [s.shape[-1]], weight, epsilon)[0], s
+
+
+def _fused_add_rule(ctx: RuleCtx, input=None, residual=None, weight=None, epsilon=1e-6):
+    s = compute.elementwise(ctx.terms, "add", (), [input, residual], commutative=True)
+    return None, _rms(ctx, s, weight, epsilon), s
+
+
+declare("_C.fused_add_rms_norm", numerics=_fused_add_num, rule=_fused_add_rule,
+        doc="vLLM: residual += input; input = rms_norm(residual) * weight")
+
+
+def _silu_and_mul_num(out=None, input=None):
+    x = as_float(input)
+    d = x.shape[-1] // 2
+    return None, x[..., :d] / (1 + np.exp(-x[..., :d])) * x[..., d:]
+
+
+def _silu_and_mul_rule(ctx: RuleCtx, out=None, input=None):
+    d = shape_of(ctx.terms, input)[-1] // 2
+    nd = len(input.vecs)
+    gate = layout.slice_(ctx.terms, input, nd - 1, 0, d)
+    up = layout.slice_(ctx.terms, input, nd - 1, d, 2 * d)
+    act = compute.elementwise(ctx.terms, "silu", template((gate,), {}), [gate])
+    return None, compute.elementwise(ctx.terms, "mul", (), [act, up], commutative=True)
+
+
+declare("_C.silu_and_mul", numerics=_silu_and_mul_num, rule=_silu_and_mul_rule,
+        doc="vLLM SwiGLU: out = silu(x[..., :d]) * x[..., d:]")
+
+
+def _vllm_all_reduce_num(arrays, group):
+    total = np.sum(np.stack([as_float(a) for a in arrays]), 0)
+    return [total] * len(arrays)
+
+
+declare("vllm.all_reduce", numerics=_vllm_all_reduce_num,
+        rule=lambda ctx, vals, group: [combine(ctx.terms, vals, "sum")] * len(vals),
+        collective=True, doc="vLLM tensor-parallel all_reduce (sum)")
