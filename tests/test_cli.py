@@ -1,6 +1,5 @@
 """The CLI contract: exit codes, JSON report, clear one-paragraph errors."""
 import json
-import os
 import subprocess
 import sys
 

@@ -1,7 +1,5 @@
 """Framework ops from graph dumps (apex, vLLM, logging) and engine limits on dumps: rules
 prove correct sharded uses, and break on wrong ones; huge dumps give unknown, not a crash."""
-import pytest
-
 from shardproof.engine.verify import verify_graphs
 from shardproof.frontends.fx_text import parse_graph
 from shardproof.ir.graph import DistributedProgram

@@ -434,7 +434,7 @@ def test_module_never_executes_or_needs_torch():
 
 def test_dump_code_is_not_run(tmp_path):
     marker = tmp_path / "ran"
-    text = dump(f'y: "f32[8]" = torch.ops.aten.neg.default(x)\nreturn y') + \
+    text = dump('y: "f32[8]" = torch.ops.aten.neg.default(x)\nreturn y') + \
         f"\nopen({str(marker)!r}, 'w').write('x')\n"
     parse_graph(text, "t.py")
     assert not marker.exists()

@@ -3,7 +3,6 @@ applied to the row-parallel fc2 output before the all_reduce, i.e. to a partial 
 gelu(a) + gelu(b) != gelu(a + b). Expected finding: the gelu after fc2, on every rank."""
 import torch
 import torch.distributed as dist
-from torch import nn
 import torch.nn.functional as F
 
 from shardproof import Case

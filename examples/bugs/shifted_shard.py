@@ -4,10 +4,9 @@ fc2's input rows. Value matching relates fc1.weight/bias by a permuted Slices la
 row-parallel matmul then contracts mismatched shards. Expected finding: the fc2 matmul
 (aten.mm), on every rank."""
 import torch
-from torch import nn
 
 from shardproof import Case
-from tp_mlp import FFN, HIDDEN, MLP, ParallelMLP
+from tp_mlp import HIDDEN, MLP, ParallelMLP
 
 WORLD_SIZES = (2, 4)
 

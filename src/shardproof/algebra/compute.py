@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .layout import Val, canon_vec, materialize, same_vec, shape_of, truncate, vec_array, vec_key, view_term
+from .layout import Val, materialize, same_vec, shape_of, truncate, view_term
 from .terms import TermStore
 
 

@@ -187,7 +187,7 @@ def _log_sum_exp(terms, attrs, children, shape):
     s = terms[children[0]]
     if s.op != "sum" or s.attrs[2] is not None or terms[s.children[0]].op != "exp":
         return None
-    dims, keepdim = s.attrs[0], s.attrs[1]
+    dims = s.attrs[0]
     arg = terms[s.children[0]].children[0]
     full_shape = terms.shape(arg)
     parts = linear_parts(terms, arg)
@@ -239,3 +239,20 @@ def _take_along_linear(terms, attrs, children, shape):
 def _add_zero(terms, attrs, children, shape):
     """x + 0 is x."""
     return children[0] if attrs[0] == 0 and terms.shape(children[0]) == tuple(shape) else None
+
+
+# ---------------------------------------------------------------- inputs stated as partial sums
+
+def _partial_inputs(terms: TermStore, ts: list[int]):
+    """Σ_r of the ranks' pieces of an input related by Partial("sum") is the input
+    (Partial("avg"): N times it). ``partial_input(op, rank, world)`` marks rank's piece."""
+    from .compute import scale
+    first = terms[ts[0]]
+    if first.op != "partial_input" or first.attrs[0] not in ("sum", "avg"):
+        return None
+    if [terms[t].attrs[1] for t in ts] != list(range(len(ts))) or any(terms[t].children != first.children for t in ts):
+        return None
+    return first.children[0] if first.attrs[0] == "sum" else scale(terms, first.children[0], len(ts))
+
+
+RANK_SUM_LEMMAS.append(_partial_inputs)

@@ -21,7 +21,7 @@ from ..algebra.ranks import combine
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation, relation_by_value
-from ..relations.spec import Ignore, Partial, Relation, RelationError, Replicate, Shard, Slices, chunk_bounds
+from ..relations.spec import Ignore, Partial, Relation, RelationError, Shard, Slices, chunk_bounds
 from .numeric import check_evaluable, evaluate
 from .result import Finding, OutputCheck, Report
 from .symbolic import SymbolicRun, interpret
@@ -204,16 +204,6 @@ def _input_vals(terms: TermStore, seq: Graph, dist: DistributedProgram, bindings
     return seq_vals, per_rank
 
 
-def _partial_input_lemma(terms: TermStore, ts: list[int]):
-    first = terms[ts[0]]
-    if first.op != "partial_input" or first.attrs[0] not in ("sum", "avg"):
-        return None
-    if [terms[t].attrs[1] for t in ts] != list(range(len(ts))) or any(terms[t].children != first.children for t in ts):
-        return None
-    from ..algebra.compute import scale
-    return first.children[0] if first.attrs[0] == "sum" else scale(terms, first.children[0], len(ts))
-
-
 def numeric_inputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
                    examples: dict | None, seed: int = 0):
     """Single-device inputs (examples, else small integers) and each rank's inputs derived
@@ -255,9 +245,6 @@ def numeric_inputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inp
 def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
                   expect: dict[str, Relation | None] | None = None, examples: dict | None = None,
                   name: str = "") -> Report:
-    from ..algebra import ranks as ranks_mod
-    if _partial_input_lemma not in ranks_mod.RANK_SUM_LEMMAS:
-        ranks_mod.RANK_SUM_LEMMAS.append(_partial_input_lemma)
     t0 = time.perf_counter()
     world = dist.world_size
     terms = TermStore()
