@@ -163,10 +163,6 @@ identity_op((T + "clone", T + "contiguous", T + "alias", T + "detach", T + "_to_
 # ------------------------------------------------------------------ views
 
 
-def _shape_rule_reshape(x, size, *a, **k):
-    return tuple(size)
-
-
 declare((T + "view", T + "_unsafe_view", T + "reshape", T + "view_copy", T + "_reshape_alias"),
         numerics=lambda x, size, *a: np.reshape(x, size),
         rule=lambda ctx, x, size, *a: layout.reshape(ctx.terms, x, size), doc="reshape: layout follows, aligned blocks")
