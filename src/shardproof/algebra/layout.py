@@ -322,8 +322,18 @@ def reshape(terms: TermStore, val: Val, new_shape: Sequence[int]) -> Val:
         base = terms[val.t].children[0] if terms[val.t].op == "reshape" else val.t
         if shape == ts or terms.lookup("reshape", (shape,), (base,)) is not None:
             return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
-    shape, vecs = max(built, key=lambda sv: sv[0])  # coarsest split
+    shape, vecs = min(built, key=_selection_cost)  # the plainest selection: whole dims, then blocks
     return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
+
+
+def _selection_cost(shape_vecs) -> tuple:
+    """Prefer splits that select whole dims, then contiguous blocks, then coarse outer dims:
+    both programs then pick the same split of a merged dim (e.g. [batch*heads] into
+    [batch, heads] with a block of heads, not into [2*batch, heads/2] with a stride)."""
+    shape, vecs = shape_vecs
+    partial = sum(v is not None for v in vecs)
+    strided = sum(v is not None and len(v) > 1 and not np.array_equal(np.diff(v), np.ones(len(v) - 1)) for v in vecs)
+    return partial, strided, tuple(-s for s in reversed(shape))
 
 
 def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:

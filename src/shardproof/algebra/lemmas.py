@@ -64,6 +64,15 @@ def _zero_outside_range(terms: TermStore, attrs, children, shape):
     return terms.make("range_lookup", inner.attrs, inner.children, shape)
 
 
+@rewrite("range_lookup")
+def _whole_range(terms: TermStore, attrs, children, shape):
+    """A range covering the whole table (a group of one) is the plain lookup."""
+    kind, op_attrs, lo, hi = attrs
+    if lo == 0 and hi == terms.shape(children[0])[0 if kind == "embedding" else 1]:
+        return terms.make(kind, op_attrs, children, shape)
+    return None
+
+
 def _tiled_lookups(terms: TermStore, ts: list[int]):
     pieces = [terms[t] for t in ts]
     if any(p.op != "range_lookup" or p.children != pieces[0].children or p.attrs[:2] != pieces[0].attrs[:2]

@@ -530,11 +530,21 @@ def _is_row_range(terms, idx, n: int) -> bool:
     return t.op == "arange" and t.shape == (n,) and [a for a in t.attrs[:-1] if a != "$"] in ([n], [0, n], [0, n, 1])
 
 
+def _is_integer(ctx: RuleCtx, arg: int) -> bool:
+    """Whether the node's `arg`-th argument (an index list: its first entry) holds integers."""
+    a = ctx.node.args[arg]
+    a = a[0] if isinstance(a, (list, tuple)) and a else a
+    ty = getattr(a, "type", None)
+    return ty is not None and not isinstance(ty, tuple) and ty.dtype.startswith(("i", "u"))
+
+
 def _index_rule(ctx: RuleCtx, x: Val, indices):
     if (len(indices) == 2 and all(isinstance(i, Val) for i in indices) and len(x.vecs) == 2
             and _is_row_range(ctx.terms, indices[0], shape_of(ctx.terms, x)[0])
             and shape_of(ctx.terms, indices[1]) == (shape_of(ctx.terms, x)[0],)):
         return _take_along(ctx, x, layout.materialize(ctx.terms, indices[1]), 1)  # x[arange(n), idx]
+    if len(indices) == 1 and isinstance(indices[0], Val) and _is_integer(ctx, 1):
+        return _embedding_rule(ctx, x, indices[0])  # table[ids] is a lookup of rows
     vals = [i for i in indices if isinstance(i, Val)]
     x = layout.materialize(ctx.terms, x)
     vals = [layout.materialize(ctx.terms, v) for v in vals]
