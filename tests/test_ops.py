@@ -54,3 +54,11 @@ def test_triu_mask_on_constants():
         mask = torch.triu(torch.ones(8, 8, dtype=torch.bool), 1)
         return (x @ x.T).masked_fill(mask, 0.0)
     assert _check(masked, masked).status == "verified"
+
+
+def test_triu_is_not_moved_past_a_reshape():
+    def reshaped(x):
+        return torch.triu(x.reshape(4, 6), 1).reshape(8, 3)
+    assert _check(lambda x: torch.triu(x.reshape(4, 6), 1).reshape(8, 3), reshaped).status == "verified"
+    wrong = lambda x: torch.triu(x, 1)  # noqa: E731  (triu before the reshape: a different tensor)
+    assert _check(lambda x: torch.triu(x.reshape(4, 6), 1).reshape(8, 3), wrong).status == "violation"

@@ -76,10 +76,15 @@ def elementwise(terms: TermStore, op: str, attrs: tuple, vals: list[Val], commut
 
 
 def _reshape_lifted(terms: TermStore, children: tuple, shape: tuple):
-    """Normal form: elementwise ops apply *before* reshapes. ``f(reshape(x), b)`` becomes
+    """Normal form: elementwise ops apply *before* reshapes. ``f(reshape(x), reshape(y))``
+    (the same view of both) becomes ``reshape(f(x, y))``, and ``f(reshape(x), b)`` becomes
     ``reshape(f(x, b))`` when every other operand only spans trailing dims the reshape
     keeps (a bias over the hidden dim of a ``[b*s, h] -> [b, s, h]`` view), so programs
-    that view before or after a bias add build the same term."""
+    that view before or after an elementwise op build the same term."""
+    views = [terms[c] for c in children]
+    if len(children) > 1 and all(v.op == "reshape" and v.shape == tuple(shape) for v in views) \
+            and len({terms.shape(v.children[0]) for v in views}) == 1:  # the same view of each operand
+        return views[0].children[0], tuple(v.children[0] for v in views)
     for i, c in enumerate(children):
         tc = terms[c]
         if tc.op != "reshape" or tc.shape != tuple(shape):

@@ -72,6 +72,8 @@ def scalar_value(terms: TermStore, val: Val):
     t = terms[val.t]
     while t.op == "expand" or (t.op == "reshape" and np.prod(t.shape) == 1):
         t = terms[t.children[0]]
+    if t.op == "fill":
+        return t.attrs[0]
     if t.op != "const" or t.attrs[1] != ():
         return None
     return np.frombuffer(t.attrs[2], dtype=np.dtype(t.attrs[0])).item()

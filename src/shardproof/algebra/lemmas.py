@@ -265,3 +265,43 @@ def _partial_inputs(terms: TermStore, ts: list[int]):
 
 
 RANK_SUM_LEMMAS.append(_partial_inputs)
+
+
+# ---------------------------------------------------------------- valid indices (stated assumption)
+
+@rewrite("ne")
+def _valid_index_is_not_negative(terms, attrs, children, shape):
+    """``ids != c`` for a negative c (ignore_index) is all-true: integer data inputs are
+    valid, non-negative indices (an assumption every report states)."""
+    if len(children) != 1 or attrs[0] != "$" or isinstance(attrs[1], bool) or not isinstance(attrs[1], (int, Fraction)):
+        return None
+    x = terms[children[0]]
+    if attrs[1] < 0 and x.op == "input" and len(x.attrs) > 1 and str(x.attrs[1]).startswith(("i", "u")):
+        return terms.make("fill", (True,), (), shape)
+    return None
+
+
+def _fill_value(terms: TermStore, t: int):
+    term = terms[t]
+    while term.op == "reshape":
+        term = terms[term.children[0]]
+    return term.attrs[0] if term.op == "fill" else None
+
+
+@rewrite("where")
+def _where_always(terms, attrs, children, shape):
+    """where(true, a, b) is a."""
+    if _fill_value(terms, children[0]) is not True or attrs[1] != "$" or terms.shape(children[1]) != tuple(shape):
+        return None
+    return children[1]
+
+
+@rewrite("sum")
+def _sum_of_fill(terms, attrs, children, shape):
+    """Summing a constant over n elements is n times it (e.g. counting valid targets)."""
+    value = _fill_value(terms, children[0])
+    if value is None or attrs[2] is not None or isinstance(value, float) and not np.isfinite(value):
+        return None
+    src = terms.shape(children[0])
+    count = int(np.prod([src[d] for d in attrs[0]]))
+    return terms.make("fill", (Fraction(value) * count,), (), shape)

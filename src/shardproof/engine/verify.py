@@ -168,7 +168,7 @@ def summarize(positions_by_rank: list[list], shape: tuple, world: int) -> str:
 # ---------------------------------------------------------------- inputs
 
 def _input_vals(terms: TermStore, seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation]):
-    seq_vals = {n.name: full(terms, terms.make("input", (n.name,), (), n.shape)) for n in seq.inputs}
+    seq_vals = {n.name: full(terms, terms.make("input", (n.name, n.type.dtype), (), n.shape)) for n in seq.inputs}
     seq_shapes = {n.name: n.shape for n in seq.inputs}
     per_rank = []
     for r, g in enumerate(dist.graphs):

@@ -34,7 +34,8 @@ def _triangle(kind: str, numerics):
     def rule(ctx: RuleCtx, x: Val, diagonal=0):
         nd = len(x.vecs)
         x = layout.materialize(ctx.terms, x, [nd - 2, nd - 1])
-        return compute.elementwise(ctx.terms, kind, (int(diagonal),), [x])
+        # not compute.elementwise: a position-dependent op must not be moved past a reshape
+        return Val(ctx.terms.make(kind, (int(diagonal),), (x.t,), ctx.terms.shape(x.t)), x.vecs)
     declare(T + kind, numerics=lambda x, diagonal=0: numerics(x, diagonal), rule=rule, shape=lambda x, *a: x,
             doc=f"{kind} over the last two dims")
 
@@ -96,6 +97,9 @@ def _rsub_rule(ctx: RuleCtx, x, other, alpha=1):
 
 
 def _div_rule(ctx: RuleCtx, a, b, rounding_mode=None):
+    if isinstance(b, Val):  # a tensor holding one known number (a token count) divides exactly
+        value = layout.scalar_value(ctx.terms, b)
+        b = b if value is None or value == 0 or isinstance(value, bool) else value
     if rounding_mode is None and isinstance(a, Val) and not isinstance(b, Val):
         return _scaled(ctx, a, 1 / Fraction(b))
     return compute.elementwise(ctx.terms, "div", template((a, b), {"rounding_mode": rounding_mode}),
@@ -582,8 +586,19 @@ def _index_put_rule(ctx: RuleCtx, x: Val, indices, values, accumulate=False):
 
 
 declare(T + "index_put", numerics=_index_put_num, rule=_index_put_rule, doc="indexed assignment")
+def _gather_rule(ctx: RuleCtx, x: Val, dim, idx: Val, *a, **k):
+    """torch.gather with one index per row along `dim` is a pick (take_along)."""
+    nd = len(x.vecs)
+    dim %= nd
+    xs, ids = shape_of(ctx.terms, x), shape_of(ctx.terms, idx)
+    if ids[dim] != 1 or any(ids[d] != xs[d] for d in range(nd) if d != dim):
+        return _opaque("gather_along")(ctx, x, dim, idx, *a, **k)
+    picked = _take_along(ctx, x, layout.materialize(ctx.terms, layout.squeeze(ctx.terms, idx, [dim])), dim)
+    return layout.unsqueeze(ctx.terms, picked, dim)
+
+
 declare(T + "gather", numerics=lambda x, dim, idx, *a: np.take_along_axis(as_float(x), np.asarray(idx, dtype=np.int64), dim),
-        rule=_opaque("gather_along"), doc="torch.gather")
+        rule=_gather_rule, doc="torch.gather")
 declare(T + "index_select", numerics=lambda x, dim, idx: np.take(x, np.asarray(idx, dtype=np.int64), axis=dim),
         rule=_opaque("index_select"), doc="index_select")
 
