@@ -62,3 +62,37 @@ def test_triu_is_not_moved_past_a_reshape():
     assert _check(lambda x: torch.triu(x.reshape(4, 6), 1).reshape(8, 3), reshaped).status == "verified"
     wrong = lambda x: torch.triu(x, 1)  # noqa: E731  (triu before the reshape: a different tensor)
     assert _check(lambda x: torch.triu(x.reshape(4, 6), 1).reshape(8, 3), wrong).status == "violation"
+
+
+class WhereMaskedEmbedding(nn.Module):
+    """Vocab-parallel lookup written with torch.where instead of index assignment."""
+
+    def __init__(self, table, rank, world):
+        super().__init__()
+        rows = table.shape[0] // world
+        self.lo, self.hi = rank * rows, (rank + 1) * rows
+        self.weight = nn.Parameter(table[self.lo:self.hi].clone())
+
+    def forward(self, ids):
+        mask = (ids < self.lo) | (ids >= self.hi)
+        local = torch.where(mask, 0, ids - self.lo)
+        out = torch.where(mask.unsqueeze(-1), 0.0, torch.nn.functional.embedding(local, self.weight))
+        torch.distributed.all_reduce(out)
+        return out
+
+
+class Lookup(nn.Module):
+    def __init__(self, table):
+        super().__init__()
+        self.weight = nn.Parameter(table.clone())
+
+    def forward(self, ids):
+        return torch.nn.functional.embedding(ids, self.weight)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_where_masked_vocab_parallel_embedding(world):
+    table = torch.randn(24, 4)
+    case = Case(single=Lookup(table), distributed=lambda r, w: WhereMaskedEmbedding(table, r, w),
+                inputs={"ids": torch.randint(0, 24, (3, 5))}, world_size=world, expect={"out": "Replicate()"})
+    assert verify(case).status == "verified"

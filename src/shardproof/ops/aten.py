@@ -129,7 +129,21 @@ def _where_num(c, a, b):
     return np.where(np.asarray(c, dtype=bool), a, b)
 
 
-elementwise_op(T + "where", _where_num)
+def _where_rule(ctx: RuleCtx, cond, a, b):
+    """where(cond, a, b); a branch that is one known number (``torch.where(m, 0, x)``
+    makes a scalar tensor) becomes an attribute, the same term as ``masked_fill``."""
+    a, b = (_known_scalar(ctx, v) for v in (a, b))
+    return compute.elementwise(ctx.terms, "where", template((cond, a, b), {}), tensor_args((cond, a, b)))
+
+
+def _known_scalar(ctx: RuleCtx, v):
+    if isinstance(v, Val) and not any(shape_of(ctx.terms, v)):
+        value = layout.scalar_value(ctx.terms, v)
+        return v if value is None else value
+    return v
+
+
+declare(T + "where", numerics=_where_num, rule=_where_rule, shape=elementwise_shape, doc="where(cond, a, b)")
 declare(T + "masked_fill", numerics=lambda x, m, v: np.where(np.asarray(m, dtype=bool), v, x),
         rule=lambda ctx, x, m, v: compute.elementwise(ctx.terms, "where", template((m, v, x), {}), tensor_args((m, v, x))),
         shape=elementwise_shape, doc="where(mask, value, x)")
