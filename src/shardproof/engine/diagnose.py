@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Node
+from ..relations.spec import held
 from ..ops.registry import lookup
 from .result import Finding
 
@@ -86,7 +87,7 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio)
         return "broken-dataflow", f"this buffer is read but never written; use the collective's result instead{where}"
     if node.op.startswith(COLLECTIVE_PREFIX):
         reduce_op = node.args[1] if len(node.args) > 2 and isinstance(node.args[1], str) else None
-        if op == "all_reduce" and input_rels and input_rels[0] is not None and input_rels[0].partial is None:
+        if op == "all_reduce" and input_rels and input_rels[0] is not None and input_rels[0].kind == "held":
             return "reduced-twice", f"the input of this all_reduce is already complete on every rank: remove the extra all_reduce{where}"
         if reduce_op and reduce_op != "sum" and partial_in:
             return "wrong-reduce-op", f"partial sums must be combined with reduce op 'sum', not '{reduce_op}'{where}"
@@ -134,7 +135,7 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
 
     expected = "Replicate()"
     first = input_rels[0] if input_rels else None
-    if first is not None and first.positions is not None and first.partial is None:
+    if first is not None and first.positions is not None and first.kind == "held":
         peers = [status[q].get(dist.graphs[q].node(inputs[0].name)) if inputs[0].name in {n.name for n in dist.graphs[q].nodes} else None
                  for q in range(world)]
         if all(p is not None and p.positions is not None for p in peers):
@@ -149,8 +150,7 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
         local = s_val
         if first is not None and first.positions is not None and len(first.positions) == s_val.ndim and all(
                 p is None or not len(p) or p.max() < size for p, size in zip(first.positions, s_val.shape)):
-            idx = np.ix_(*[np.arange(s) if p is None else p for s, p in zip(s_val.shape, first.positions)]) if s_val.ndim else ()
-            cand = s_val[idx] if s_val.ndim else s_val
+            cand = held(s_val, first.positions)
             if cand.shape == d_val.shape:
                 local = cand
         if local.shape == d_val.shape:

@@ -56,8 +56,8 @@ def check_evaluable(seq: Graph, dist: DistributedProgram) -> None:
 
 
 def evaluate(seq: Graph, dist: DistributedProgram, seq_inputs: dict, dist_inputs: list[dict]):
-    """Returns (single-device env, [per-rank env]); envs map nodes to values."""
-    check_evaluable(seq, dist)
+    """Returns (single-device env, [per-rank env]); envs map nodes to values. Callers gate
+    on :func:`check_evaluable` first (before allocating the inputs)."""
     s = run_lockstep([seq], _eval_node(seq_inputs), _eval_collective)  # a group of one: identity
     runners = [_eval_node(dist_inputs[r]) for r in range(dist.world_size)]
     d = run_lockstep(dist.graphs, lambda r, n, env: runners[r](r, n, env), _eval_collective)

@@ -21,7 +21,8 @@ from ..algebra.ranks import combine
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation, relation_by_value
-from ..relations.spec import Ignore, Partial, Relation, RelationError, Shard, Slices, chunk_bounds
+from ..relations.spec import (Ignore, Partial, Relation, RelationError, Shard, Slices, chunk_bounds, held,
+                              layout_index)
 from .numeric import check_evaluable, evaluate
 from .result import Finding, OutputCheck, Report
 from .symbolic import SymbolicRun, interpret
@@ -41,13 +42,14 @@ VARYING_LEAVES = {"input", "ignored", "opaque", "partial_input"}
 @dataclass
 class Related:
     seq_node: Node
-    positions: Optional[list]  # per dim: positions in the single-device tensor (None = all); None for Partial
-    partial: Optional[str] = None
+    positions: Optional[list]  # per dim: positions in the single-device tensor (None = all); None unless held
+    partial: Optional[str] = None  # the reduce op when the ranks' values combine to seq_node
+    kind: str = "held"  # held | partial | view (a reshape/permute of it) | const | input
 
     def describe(self) -> str:
-        if self.partial in ("view", "const", "input"):
-            return {"view": "a view", "const": "a constant", "input": "an input"}[self.partial]
-        return f'Partial("{self.partial}")' if self.partial else "held"
+        if self.kind == "partial":
+            return f'Partial("{self.partial}")'
+        return {"view": "a view", "const": "a constant", "input": "an input"}.get(self.kind, "held")
 
 
 def _tensor_vals(value) -> list:
@@ -124,7 +126,7 @@ class Relater:
         while self.terms[t].op in VIEW_TERMS and seen < 8:
             t, seen = self.terms[t].children[0], seen + 1
             if t in self.by_term:
-                return Related(self.by_term[t][0][0], None, "view")
+                return Related(self.by_term[t][0][0], None, kind="view")
         return None
 
     def partial(self, dvals: list) -> Optional[Related]:
@@ -139,7 +141,7 @@ class Relater:
                 return None
             rel = self.direct(whole)
             if rel is not None:
-                return Related(rel.seq_node, None, op)
+                return Related(rel.seq_node, None, op, kind="partial")
         return None
 
 
@@ -234,8 +236,7 @@ def numeric_inputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inp
                 vals[n.name] = partial_splits[n.name][r]
             else:
                 x = seq_in[b.seq_name]
-                vecs = b.relation.layout(x.shape, r, dist.world_size)
-                vals[n.name] = x[np.ix_(*[np.arange(s) if v is None else v for s, v in zip(x.shape, vecs)])] if x.ndim else x
+                vals[n.name] = held(x, b.relation.layout(x.shape, r, dist.world_size))
         per_rank.append(vals)
     return seq_in, per_rank
 
@@ -359,7 +360,7 @@ def _relation_holding(terms, relater, snode, sval, dvals, exp, world) -> Optiona
         covered = np.zeros(shape, dtype=bool) if np.prod(shape) <= 1 << 24 else None
         if covered is not None:
             for pos in per_rank:
-                covered[np.ix_(*[np.arange(s) if p is None else p for s, p in zip(shape, pos)])] = True
+                covered[layout_index(shape, pos)] = True
             if not covered.all():
                 return None
         return summarize(per_rank, shape, world)
@@ -374,10 +375,7 @@ def _relation_holding(terms, relater, snode, sval, dvals, exp, world) -> Optiona
 
 
 def _local_piece(s_val: np.ndarray, rel: Relation, rank: int, world: int) -> np.ndarray:
-    vecs = rel.layout(s_val.shape, rank, world)
-    if vecs is None or not s_val.ndim:
-        return s_val
-    return s_val[np.ix_(*[np.arange(s) if v is None else v for s, v in zip(s_val.shape, vecs)])]
+    return held(s_val, rel.layout(s_val.shape, rank, world))
 
 
 def _close(a, b) -> bool:
@@ -426,10 +424,10 @@ def _status(run: SymbolicRun, relater: Relater, dist: DistributedProgram):
             if not isinstance(v, Val):
                 continue
             if n.op == "input":
-                status[r][n] = relater.direct(v) or Related(n, None, "input")
+                status[r][n] = relater.direct(v) or Related(n, None, kind="input")
                 continue
             if relater.is_constant(v.t):
-                status[r][n] = Related(n, None, "const")
+                status[r][n] = Related(n, None, kind="const")
                 continue
             rel = relater.direct(v)
             if rel is None:
@@ -481,7 +479,7 @@ def _misaligned_slice(node: Node, status: dict) -> Optional[Node]:
     if opdef is None or opdef.shape is not elementwise_shape:
         return None
     rels = [(x, status.get(x)) for x in node.inputs]
-    rels = [(x, r) for x, r in rels if r is not None and r.positions is not None and r.partial is None]
+    rels = [(x, r) for x, r in rels if r is not None and r.positions is not None and r.kind == "held"]
     for a, ra in rels:
         for b, rb in rels:
             if a is b or b.op not in SLICING_OPS:

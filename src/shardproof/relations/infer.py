@@ -15,7 +15,8 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from .spec import Ignore, Interleaved, Relation, RelationError, Replicate, Shard, Slices, chunk_bounds, parse_relation
+from .spec import (Ignore, Interleaved, Relation, RelationError, Replicate, Shard, Slices, chunk_bounds, held,
+                   parse_relation)
 
 
 @dataclass(frozen=True)
@@ -154,8 +155,7 @@ def _holds(rel: Relation, whole: np.ndarray, locals_: list[np.ndarray]) -> bool:
             vecs = rel.layout(whole.shape, r, world)
         except RelationError:
             return False
-        idx = np.ix_(*[np.arange(s) if v is None else v for s, v in zip(whole.shape, vecs)]) if whole.ndim else ()
-        part = whole[idx] if whole.ndim else whole
+        part = held(whole, vecs)
         if part.shape != loc.shape or not np.array_equal(part, loc):
             return False
     return True

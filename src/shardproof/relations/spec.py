@@ -24,6 +24,17 @@ def chunk_bounds(size: int, n: int, r: int) -> tuple[int, int]:
     return min(size, r * step), min(size, (r + 1) * step)
 
 
+def layout_index(shape: Sequence[int], vecs) -> tuple:
+    """A numpy index for a layout (per dim an index vector, None = all of it)."""
+    return np.ix_(*[np.arange(s) if v is None else v for s, v in zip(shape, vecs)]) if len(shape) else ()
+
+
+def held(array: np.ndarray, vecs) -> np.ndarray:
+    """The elements of `array` a layout holds (`vecs` None: all of it)."""
+    array = np.asarray(array)
+    return array if vecs is None or not array.ndim else array[layout_index(array.shape, vecs)]
+
+
 class Relation:
     def layout(self, shape: Sequence[int], rank: int, world: int) -> Optional[tuple]:
         """Index vectors rank `rank` holds, or None for non-layout relations."""
