@@ -266,3 +266,71 @@ def test_nll_loss_backward_on_row_shards():
     case = Case(single=Fn(single), distributed=lambda r, w: Fn(single), inputs=inputs,
                 dist_inputs=lambda r, w, i: {k: v.chunk(w, 0)[r] for k, v in i.items()}, expect={"out": "Shard(0)"})
     assert verify(case).status == "verified"
+
+
+# ---------------------------------------------------------------- masked ids: which branch is masked
+#
+# Megatron's masked local ids are ``where(m, c, ids - lo)``; the swapped ``where(m, ids - lo, c)``
+# looks up the fill row for every in-range token and must never verify. Dumps (not live
+# capture: eager PyTorch would fail on the out-of-range indices the swapped form makes).
+
+from shardproof.engine.verify import verify_graphs  # noqa: E402
+from shardproof.frontends.fx_text import parse_graph  # noqa: E402
+from shardproof.ir.graph import DistributedProgram  # noqa: E402
+from shardproof.relations.infer import parse_spec, resolve_inputs  # noqa: E402
+
+
+def _dump(body: str, signature: str) -> str:
+    lines = "".join(f"        {line}\n" for line in body.strip().splitlines())
+    return f"class GraphModule(torch.nn.Module):\n    def forward(self, {signature}):\n{lines}"
+
+
+def _verify_dumps(seq_text, rank_texts, spec):
+    seq = parse_graph(seq_text, "seq.py", world_size=1)
+    dist = DistributedProgram([parse_graph(t, f"r{r}.py", world_size=len(rank_texts)) for r, t in enumerate(rank_texts)])
+    bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
+                              [{n.name: n.shape for n in g.inputs} for g in dist.graphs], parse_spec(spec), by_shape=True)
+    return verify_graphs(seq, dist, bindings)
+
+
+def _masked(lo, hi, swapped):
+    branches = "sub, zeros" if swapped else "zeros, sub"
+    return f'''
+lt: "b8[4]" = torch.ops.aten.lt.Scalar(ids, {lo})
+ge: "b8[4]" = torch.ops.aten.ge.Scalar(ids, {hi})
+bitwise_or: "b8[4]" = torch.ops.aten.bitwise_or.Tensor(lt, ge)
+sub: "i64[4]" = torch.ops.aten.sub.Tensor(ids, {lo})
+zeros: "i64[]" = torch.ops.aten.zeros.default([], dtype = torch.int64)
+where: "i64[4]" = torch.ops.aten.where.self(bitwise_or, {branches})
+unsqueeze: "b8[4, 1]" = torch.ops.aten.unsqueeze.default(bitwise_or, -1)
+zeros_1: "f32[]" = torch.ops.aten.zeros.default([], dtype = torch.float32)'''
+
+
+def _lookup_rank(lo, hi, swapped):
+    return _dump(_masked(lo, hi, swapped) + '''
+embedding: "f32[4, 3]" = torch.ops.aten.embedding.default(w, where)
+where_1: "f32[4, 3]" = torch.ops.aten.where.self(unsqueeze, zeros_1, embedding)
+all_reduce: "f32[4, 3]" = torch.ops._c10d_functional.all_reduce.default(where_1, "sum", "0")
+wait_tensor: "f32[4, 3]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce)
+return (wait_tensor,)''', 'ids: "i64[4]", w: "f32[4, 3]"')
+
+
+def _grad_rank(lo, hi, swapped):
+    return _dump(_masked(lo, hi, swapped) + '''
+where_1: "f32[4, 3]" = torch.ops.aten.where.self(unsqueeze, zeros_1, g)
+embedding_dense_backward: "f32[4, 3]" = torch.ops.aten.embedding_dense_backward.default(where_1, where, 4, -1, False)
+return (embedding_dense_backward,)''', 'ids: "i64[4]", g: "f32[4, 3]"')
+
+
+@pytest.mark.parametrize("swapped", [False, True])
+def test_masked_lookup_and_its_gradient_only_with_the_fill_in_the_masked_branch(swapped):
+    seq = _dump('embedding: "f32[4, 3]" = torch.ops.aten.embedding.default(w, ids)\nreturn (embedding,)',
+                'ids: "i64[4]", w: "f32[8, 3]"')
+    report = _verify_dumps(seq, [_lookup_rank(0, 4, swapped), _lookup_rank(4, 8, swapped)], {"w": "Shard(0)"})
+    assert (report.status == "verified") is not swapped, report.reason
+    seq = _dump('embedding_dense_backward: "f32[8, 3]" = torch.ops.aten.embedding_dense_backward.default('
+                'g, ids, 8, -1, False)\nreturn (embedding_dense_backward,)', 'ids: "i64[4]", g: "f32[4, 3]"')
+    report = _verify_dumps(seq, [_grad_rank(0, 4, swapped), _grad_rank(4, 8, swapped)], {})
+    assert (report.status == "verified") is not swapped, report.reason
+    if not swapped:
+        assert report.outputs[0].holds == "Shard(0)"

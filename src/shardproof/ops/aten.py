@@ -932,56 +932,57 @@ def _fold_selected(ctx: RuleCtx, idx: Val, cols, size: int):
 
 def _masked_ids(ctx: RuleCtx, idx: Val, lo=None, hi=None):
     """If `idx` is Megatron's masked local index ``where(ids < lo | ids >= hi, c, ids - lo)``
-    (any fill c; seen through a reshape), ``(ids, lo, hi)`` with ``ids`` a Val at idx's
-    positions; else None. `lo`/`hi` given: they must be these."""
+    (any fill c in the masked branch; seen through a reshape), ``(ids, ids_term, lo, hi)``:
+    ``ids`` a Val of the ids at idx's positions, ``ids_term`` the term inside the mask;
+    else None. `lo`/`hi` given: they must be these."""
     from ..algebra.lemmas import OUTSIDE
     from ..algebra.patterns import Const, P, V, first_match
-    env = {k: v for k, v in (("lo", lo), ("hi", hi)) if v is not None}
-    local = (P("sub", V("ids"), _1=Const("lo")), V("ids"))  # ids - lo; ids itself when lo == 0
-    for pat in [P("where", OUTSIDE, *fill, ids) for ids in local for fill in ((), (V("fill"),))]:
-        if pat.kids[-1] == V("ids"):
-            if env.get("lo", 0) != 0:
+    fill_first = lambda a: a != "$"  # noqa: E731  (where(m, c, x): the constant is the masked branch)
+    base = {k: v for k, v in (("lo", lo), ("hi", hi)) if v is not None}
+    for local in (P("sub", V("ids"), _1=Const("lo")), V("ids")):  # ids - lo, or ids itself when lo is 0
+        env = base
+        if not isinstance(local, P):
+            if base.get("lo", 0) != 0:
                 continue
-            env = {**env, "lo": 0}
-        found = first_match(ctx.terms, idx.t, [pat, P("reshape", pat)], env)
-        if found is None or not all(isinstance(found[k], int) for k in ("lo", "hi")):
-            continue
-        shape = ctx.terms.shape(idx.t)
-        ids = layout.view_term(ctx.terms, "reshape", (shape,), found["ids"], shape)
-        return Val(ids, idx.vecs), found["lo"], found["hi"]
+            env = {**base, "lo": 0}
+        for pat in (P("where", OUTSIDE, local, _1=fill_first), P("where", OUTSIDE, V("fill"), local)):
+            found = first_match(ctx.terms, idx.t, [pat, P("reshape", pat)], env)
+            if found is None or not all(isinstance(found[k], int) for k in ("lo", "hi")):
+                continue
+            shape = ctx.terms.shape(idx.t)
+            ids = layout.view_term(ctx.terms, "reshape", (shape,), found["ids"], shape)
+            return Val(ids, idx.vecs), found["ids"], found["lo"], found["hi"]
     return None
 
 
-def _mask_of(terms, t: int):
-    """The boolean mask term of ``m`` or ``float(m)`` seen through views."""
-    while terms[t].op in ("reshape", "expand"):
-        t = terms[t].children[0]
-    return t
-
-
-def _is_outside(terms, t: int, ids: int, lo: int, hi: int) -> bool:
-    """Whether `t` (through views) is the mask ``ids < lo | ids >= hi`` of the ids term `ids`."""
+def _is_outside(terms, t: int, ids: int, lo: int, hi: int, shape) -> bool:
+    """Whether `t` is the mask ``ids < lo | ids >= hi`` of the ids term `ids`, or a reshape of
+    it to `shape` (as a float: casts are value-preserving)."""
     from ..algebra.lemmas import OUTSIDE
     from ..algebra.patterns import match
-    ids = _mask_of(terms, ids)
-    return match(terms, _mask_of(terms, t), OUTSIDE, {"ids": ids, "lo": lo, "hi": hi}) is not None
+    if terms.shape(t) != tuple(shape):
+        return False
+    if terms[t].op == "reshape":
+        t = terms[t].children[0]
+    return match(terms, t, OUTSIDE, {"ids": ids, "lo": lo, "hi": hi}) is not None
 
 
 def _in_range_scale(terms, delta: int, ids: int, lo: int, hi: int):
-    """c when `delta` is ``c * (1 - m)`` with m the mask ``ids < lo | ids >= hi`` (as the
-    cross-entropy backward builds it); else None."""
+    """c when `delta` is ``c * (1 - m)`` with m the mask ``ids < lo | ids >= hi`` viewed at
+    delta's shape (as the cross-entropy backward builds it); else None."""
     from ..algebra.lemmas import linear_parts
+    shape = terms.shape(delta)
     parts = linear_parts(terms, delta)
     if len(parts) != 1:
         return None
     (part, c), = parts.items()
     one_minus = terms[part]
-    if one_minus.op != "add_const" or one_minus.attrs[0] != 1:
+    if one_minus.op != "add_const" or one_minus.attrs[0] != 1 or one_minus.shape != shape:
         return None
     inner = linear_parts(terms, one_minus.children[0])
     if len(inner) != 1 or next(iter(inner.values())) != -1:
         return None
-    return c if _is_outside(terms, next(iter(inner)), ids, lo, hi) else None
+    return c if _is_outside(terms, next(iter(inner)), ids, lo, hi, shape) else None
 
 
 def _put_along_rows(ctx: RuleCtx, x: Val, idx: Val, v: Val) -> Val:
@@ -1003,7 +1004,9 @@ def _put_along_rows(ctx: RuleCtx, x: Val, idx: Val, v: Val) -> Val:
         return _opaque("index_put")(ctx, x, [None, idx], v, False)
     lo, hi = (0, size) if cols is None else (int(cols[0]), int(cols[0]) + len(cols))
     masked = _masked_ids(ctx, idx, lo, hi)
-    c = _in_range_scale(terms, delta.t, masked[0].t, lo, hi) if masked is not None else None
+    aligned = terms.shape(delta.t) == terms.shape(idx.t) and all(
+        layout.same_vec(a, b) for a, b in zip(delta.vecs, idx.vecs))
+    c = _in_range_scale(terms, delta.t, masked[1], lo, hi) if masked is not None and aligned else None
     if c is not None:
         hot = onehot(ctx, masked[0], size)
         hot = Val(hot.t, hot.vecs[:-1] + (cols,))
@@ -1055,13 +1058,19 @@ def _embedding_backward_num(g, ids, num_weights, padding_idx=-1, scale_grad_by_f
 
 
 def _unmasked_grad(ctx: RuleCtx, g: Val, ids: int, lo: int, hi: int):
-    """g's term without Megatron's zeroing of masked rows ``where(ids < lo | ids >= hi, 0, g)``."""
-    t = ctx.terms[g.t]
-    if t.op != "where" or len(t.children) != 2 or t.attrs[1] != 0:
+    """g's term without Megatron's zeroing of masked token rows ``where(m, 0, g)``, m the
+    mask ``ids < lo | ids >= hi`` over g's leading (token) dims; else None."""
+    terms = ctx.terms
+    t = terms[g.t]
+    if t.op != "where" or len(t.children) != 2 or t.attrs[1] != 0 or t.attrs[2] != "$":
         return None
-    if not _is_outside(ctx.terms, t.children[0], ids, lo, hi) or ctx.terms.shape(t.children[1]) != t.shape:
+    mask, inner = t.children
+    tokens = terms.shape(ids)
+    if terms.shape(inner) != t.shape or t.shape[:len(tokens)] != tokens:
         return None
-    return Val(t.children[1], g.vecs)
+    if not _is_outside(terms, mask, ids, lo, hi, tokens + (1,) * (len(t.shape) - len(tokens))):
+        return None
+    return Val(inner, g.vecs)
 
 
 def _embedding_backward_rule(ctx: RuleCtx, g: Val, ids: Val, num_weights, padding_idx=-1,
@@ -1080,9 +1089,10 @@ def _embedding_backward_rule(ctx: RuleCtx, g: Val, ids: Val, num_weights, paddin
     k = len(ids.vecs)
     size, rows = int(num_weights), None
     masked = _masked_ids(ctx, ids)
-    if masked is not None and masked[2] - masked[1] == size and masked[1] % max(size, 1) == 0:
-        local_ids, lo, hi = masked
-        plain = _unmasked_grad(ctx, g, local_ids.t, lo, hi)
+    if masked is not None and masked[3] - masked[2] == size and masked[2] % max(size, 1) == 0 \
+            and terms.shape(masked[1]) == terms.shape(ids.t):
+        local_ids, raw, lo, hi = masked
+        plain = _unmasked_grad(ctx, g, raw, lo, hi)
         total = ctx.world_size * size
         if plain is not None and hi <= total:
             ids, g = local_ids, plain
