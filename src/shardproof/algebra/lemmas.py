@@ -27,7 +27,8 @@ from .layout import view_term
 from .terms import TermStore, rewrite
 
 OUTSIDE = P("or", P("lt", V("ids"), _1=Const("lo")), P("ge", V("ids"), _1=Const("hi")))
-MASKED_IDS = P("where", OUTSIDE, P("sub", V("ids"), _1=Const("lo")))
+# where(m, c, ids - lo): the constant c is the masked (true) branch -- not where(m, ids - lo, c)
+MASKED_IDS = P("where", OUTSIDE, P("sub", V("ids"), _1=Const("lo")), _1=lambda a: a != "$")
 # the owned block of the table: rows (embedding) or columns (one pick per row)
 BLOCK = {"embedding": P("gather", V("W"), _0=Const("rows"), _1=None),
          "take_along": P("gather", V("W"), _0=None, _1=Const("rows"))}
