@@ -72,18 +72,22 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
     the case's own relations; inputs no one names are related by value matching."""
     spec = parse_spec(case.relations, source=f"relations of case {case.name or '?'}")
     spec.update(parse_spec(relations, source="relations"))
+    expect = {name: parse_relation(rel) for name, rel in (case.expect or {}).items()}
     if relations_file:
-        spec.update(load_yaml(relations_file))
+        file = load_yaml(relations_file)
+        if any(file.constants.values()) or any(e.seq_name for e in file.expect.values()):
+            raise RelationError(f"{relations_file}: constants: and expectations with of: are for graph dumps; a "
+                                f"live case's constants have values and its outputs have the same names")
+        spec.update(file.inputs)
+        expect.update({name: e.relation for name, e in file.expect.items()})
     seq, dist, seq_values, rank_values = capture_case(case, world_size, progress)
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
                               spec, seq_values, rank_values)
-    expect = {}
-    for name, rel in (case.expect or {}).items():
+    for name in expect:
         if name not in seq.outputs:
             raise RelationError(f"the expectation names output {name!r}, but the single-device program's outputs "
                                 f"are: {', '.join(seq.outputs)}")
-        expect[name] = parse_relation(rel)
     return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values), case.name)
 
 
