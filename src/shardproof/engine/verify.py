@@ -253,7 +253,8 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
     run = interpret(seq, dist, seq_in, dist_in, terms)
     relater = Relater(terms, seq, run.seq)
     report = Report("unknown", world, assumptions=list(ASSUMPTIONS), name=name,
-                    relations={k: str(b) for k, b in bindings.items()})
+                    relations={k: {"relation": str(b.relation), "of": b.seq_name, "how": b.how}
+                               for k, b in bindings.items()})
     report.stats = {"nodes_seq": len(seq.nodes), "nodes_dist": sum(len(g.nodes) for g in dist.graphs),
                     "terms": len(terms.terms)}
     expect = expect or {}
@@ -277,8 +278,9 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
     if run.unsupported:
         u = run.unsupported[0]
         where = "single-device program" if u.rank is None else f"rank {u.rank}"
-        return finish("unknown", reason=f"{u.reason} at node {u.node.name} ({where}"
-                      + (f", {u.node.source}" if u.node.source else "") + "); the engine cannot reason past it")
+        at = [str(s) for s in (u.node.origin, u.node.source) if s]
+        return finish("unknown", reason=f"{u.reason} at node {u.node.name} ({', '.join([where] + at)}); "
+                                        f"the engine cannot reason past it")
     if not broken:
         return finish("verified", strength="proof")
 
@@ -513,7 +515,7 @@ def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[F
                         dnode.op if dnode else "?", _src(dnode) if dnode else None, "recoverable",
                         "a different relation", f"output {name} does not relate to the single-device output as expected")]
     node, ranks, status = loc
-    finding = diagnose(run, relater, seq, dist, node, ranks, status, s_in, s_env, d_envs)
+    finding = diagnose(run, relater, seq, dist, node, ranks, status, s_in, s_env, d_envs, differing)
     if node.op == "getitem" and node.args and isinstance(node.args[0], Node):
         producer = node.args[0]  # one output of a multi-output op: name the op that broke
         finding.node, finding.op, finding.source = producer.name, producer.op, _src(producer) or finding.source
