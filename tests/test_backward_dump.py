@@ -30,7 +30,7 @@ def _load(kind):
     dist = DistributedProgram(load_program(os.path.join(CASE, "tp2.bug"), kind=kind))
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
-                              load_yaml(YAML[kind]), by_shape=True)
+                              load_yaml(YAML[kind]).inputs, by_shape=True)
     return seq, dist, bindings
 
 

@@ -72,3 +72,13 @@ def test_bad_relations_yaml_exit_3(tmp_path):
 def test_unknown_op_exit_2():
     p = run("verify", "examples/bugs/unknown_op.py")
     assert p.returncode == 2 and "aten.cumsum" in p.stdout
+
+
+def test_relations_file_expect_section_for_a_case(tmp_path):
+    f = tmp_path / "rel.yaml"
+    f.write_text("expect:\n  out: Shard(0)\n")  # tp_mlp's output is replicated, not sharded
+    p = run("verify", "examples/tp_mlp.py", "--relations", str(f))
+    assert p.returncode == 1 and "Shard(0)" in p.stdout, p.stdout + p.stderr
+    f.write_text("constants:\n  c: 1\n")
+    p = run("verify", "examples/tp_mlp.py", "--relations", str(f))
+    assert p.returncode == 3 and "are for graph dumps" in " ".join(p.stderr.split()), p.stderr

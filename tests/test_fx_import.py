@@ -8,6 +8,7 @@ import sys
 import time
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from shardproof.frontends import fx_text
@@ -255,6 +256,35 @@ return add
     assert c1.op == "constant" and c1.type == TensorType((3,), "f32")
     lf = g.node("lift_fresh_copy")
     assert lf.op == "aten.lift_fresh_copy" and lf.args == (c0,)
+
+
+CONSTANTS = '''
+_tensor_constant0 = self._tensor_constant0
+lift_fresh_copy: "i64[]" = torch.ops.aten.lift_fresh_copy.default(_tensor_constant0);  _tensor_constant0 = None
+_tensor_constant1: "f32[3]" = self._tensor_constant1
+add: "f32[3]" = torch.ops.aten.add.Tensor(_tensor_constant1, lift_fresh_copy)
+return add
+'''
+
+
+def test_tensor_constant_values_given_by_the_caller():
+    g = parse_graph(dump(CONSTANTS), "t.py", constants={"_tensor_constant0": 3, "_tensor_constant1": 0.5})
+    c0, c1 = g.node("_tensor_constant0").kwargs["value"], g.node("_tensor_constant1").kwargs["value"]
+    assert c0.dtype == np.int64 and c0.shape == () and c0 == 3  # typed by the lift_fresh_copy reading it
+    assert c1.dtype == np.float64 and c1.tolist() == [0.5, 0.5, 0.5]
+    assert "not an integer" in str(err(dump(CONSTANTS), constants={"_tensor_constant0": 0.5}))
+    assert "must be a number" in str(err(dump(CONSTANTS), constants={"_tensor_constant0": "x"}))
+
+
+def test_load_program_rejects_values_for_constants_it_lacks(tmp_path):
+    (tmp_path / "fw.g0.r0.py").write_text(dump(CONSTANTS))
+    with pytest.raises(DumpError, match="_tensor_constant7, which the program does not read"):
+        load_program(str(tmp_path), constants={"_tensor_constant7": 1})
+
+
+def test_nodes_know_the_dump_line_they_come_from():
+    g = parse_graph(dump('neg: "f32[8, 16]" = torch.ops.aten.neg.default(x)\nreturn neg'), "t.py")
+    assert g.node("neg").origin == Source("t.py", 6) and g.node("x").origin == Source("t.py", 5)
 
 
 # ---------------------------------------------------------------- collectives

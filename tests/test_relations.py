@@ -5,7 +5,7 @@ import pytest
 
 from shardproof.relations import Interleaved, Partial, Replicate, Shard, Slices, parse_relation
 from shardproof.relations.infer import (load_yaml, parse_spec, relation_by_shape, relation_by_value,
-                                        resolve_inputs)
+                                        resolve_inputs, resolve_outputs)
 from shardproof.relations.spec import RelationError, chunk_bounds
 
 
@@ -79,9 +79,71 @@ def test_shape_inference():
 def test_spec_globs_and_of(tmp_path):
     f = tmp_path / "rel.yaml"
     f.write_text('inputs:\n  "*.weight": Shard(0)\n  x_local: {of: x, relation: Shard(1)}\n')
-    spec = load_yaml(str(f))
+    spec = load_yaml(str(f)).inputs
     rels = resolve_inputs({"a.weight": (4, 2), "x": (2, 4)}, [{"a.weight": (2, 2), "x_local": (2, 2)}] * 2, spec)
     assert rels["a.weight"].relation == Shard(0) and rels["x_local"].seq_name == "x"
+
+
+def test_relations_file_sections(tmp_path):
+    f = tmp_path / "rel.yaml"
+    f.write_text("inputs:\n"
+                 "  w: Replicate()\n"
+                 "  x_hi: {of: x, relation: 'Slices(0, {0: (4, 8)})'}\n"
+                 "expect:\n"
+                 "  loss: Replicate()\n"
+                 "  total_2: Replicate() of total\n"
+                 "constants:\n"
+                 "  _tensor_constant0: 0\n"
+                 "  _tensor_constant1: {seq: 0.5, dist: 0.25}\n")
+    rf = load_yaml(str(f))
+    assert rf.inputs["x_hi"].seq_name == "x" and rf.inputs["x_hi"].relation == Slices(0, {0: (4, 8)})
+    assert rf.inputs["x_hi"].where == f"{f}:3"
+    assert rf.expect["loss"] == (None, Replicate(), f"{f}:5")
+    assert rf.expect["total_2"].seq_name == "total"
+    assert rf.constants == {"seq": {"_tensor_constant0": 0, "_tensor_constant1": 0.5},
+                            "dist": {"_tensor_constant0": 0, "_tensor_constant1": 0.25}}
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("inputs: {}\noutputs: {}\n", "unknown section 'outputs'"),
+    ("constants:\n  c: one\n", "must be a number"),
+    ("constants:\n  c: {seq: 1, rank0: 2}\n", "{seq: n, dist: n}"),
+    ("expect:\n  y: {of: x}\n", "must be a relation or"),
+])
+def test_relations_file_errors_name_file_and_line(tmp_path, text, needle):
+    f = tmp_path / "rel.yaml"
+    f.write_text(text)
+    with pytest.raises(RelationError) as info:
+        load_yaml(str(f))
+    assert needle in str(info.value) and str(info.value).startswith(f"{f}:")
+
+
+def test_spec_error_names_the_entry_line(tmp_path):
+    f = tmp_path / "rel.yaml"
+    f.write_text("inputs:\n  x: Replicate()\n  y: Shard(0)\n")
+    with pytest.raises(RelationError, match=r"rel.yaml:3: the relations name 'y'"):
+        resolve_inputs({"x": (2,)}, [{"x": (2,)}], load_yaml(str(f)).inputs)
+
+
+def test_outputs_by_name_then_position():
+    # the same name on both sides wins; the rest pair by position with what is left
+    pairs = resolve_outputs(["loss", "a", "b"], [["loss", "c", "b"]] * 2)
+    assert pairs == {"loss": ("loss", None), "a": ("c", None), "b": ("b", None)}
+    assert resolve_outputs(["add_1"], [["add_3"]]) == {"add_1": ("add_3", None)}
+    with pytest.raises(RelationError, match="no distributed counterpart"):
+        resolve_outputs(["loss", "a"], [["loss"]])
+    with pytest.raises(RelationError, match="a have no distributed counterpart"):  # lists of other lengths
+        resolve_outputs(["loss", "a"], [["loss", "saved", "c"]])
+
+
+def test_outputs_from_expectations_only():
+    expect = parse_spec({"add_3": "Replicate() of add_1", "loss": "Shard(0)"})
+    pairs = resolve_outputs(["add_1", "loss", "saved"], [["add_3", "loss", "other"]], expect)
+    assert pairs == {"add_1": ("add_3", Replicate()), "loss": ("loss", Shard(0))}
+    with pytest.raises(RelationError, match="not every rank returns"):
+        resolve_outputs(["loss"], [["loss"], ["x"]], parse_spec({"loss": "Replicate()"}))
+    with pytest.raises(RelationError, match="does not return"):
+        resolve_outputs(["a"], [["b"]], parse_spec({"b": "Replicate() of c"}))
 
 
 def test_spec_naming_missing_tensor_is_an_error():

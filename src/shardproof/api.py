@@ -1,11 +1,12 @@
-"""The Python API: capture a :class:`~shardproof.case.Case` and verify it.
+"""The Python API: capture a :class:`~shardproof.case.Case`, or load graph dumps, and verify.
 
-This is the one place that ties the layers together (capture -> relations -> engine);
-the CLI is a thin shell over it.
+This is the one place that ties the layers together (capture or import -> relations ->
+engine); the CLI is a thin shell over it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import numpy as np
@@ -13,8 +14,9 @@ import numpy as np
 from .case import Case
 from .engine.result import Report
 from .engine.verify import differing_outputs, verify_graphs
+from .frontends.fx_text import dump_kinds, load_program
 from .ir.graph import DistributedProgram, Graph
-from .relations.infer import load_yaml, parse_spec, resolve_inputs
+from .relations.infer import RelationsFile, load_yaml, parse_spec, resolve_inputs, resolve_outputs
 from .relations.spec import RelationError, parse_relation
 
 Progress = Optional[Callable[[str], None]]
@@ -55,7 +57,8 @@ def capture_case(case: Case, world_size: int | None = None, progress: Progress =
 
 @dataclass
 class Prepared:
-    """A captured case with its input relations: everything the engine needs."""
+    """A captured case or loaded dumps, with input relations and the outputs to check
+    (keyed alike on both sides): everything the engine needs."""
     seq: Graph
     dist: DistributedProgram
     bindings: dict
@@ -72,25 +75,95 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
     the case's own relations; inputs no one names are related by value matching."""
     spec = parse_spec(case.relations, source=f"relations of case {case.name or '?'}")
     spec.update(parse_spec(relations, source="relations"))
+    expect = {name: parse_relation(rel) for name, rel in (case.expect or {}).items()}
     if relations_file:
-        spec.update(load_yaml(relations_file))
+        file = load_yaml(relations_file)
+        if any(file.constants.values()) or any(e.seq_name for e in file.expect.values()):
+            raise RelationError(f"{relations_file}: constants: and expectations with of: are for graph dumps; a "
+                                f"live case's constants have values and its outputs have the same names")
+        spec.update(file.inputs)
+        expect.update({name: e.relation for name, e in file.expect.items()})
     seq, dist, seq_values, rank_values = capture_case(case, world_size, progress)
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
                               spec, seq_values, rank_values)
-    expect = {}
-    for name, rel in (case.expect or {}).items():
+    for name in expect:
         if name not in seq.outputs:
             raise RelationError(f"the expectation names output {name!r}, but the single-device program's outputs "
                                 f"are: {', '.join(seq.outputs)}")
-        expect[name] = parse_relation(rel)
     return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values), case.name)
+
+
+def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
+                  expect: dict | None = None, kind: str | None = None, progress: Progress = None) -> Prepared:
+    """Load graph dumps (never executed) and relate them: `seq_path` is the single-device
+    program (a dump file, or a directory holding one rank), `dist_path` the distributed one
+    (a directory of per-rank ``<kind>.g<N>.r<rank>.py`` files, or a list of files).
+
+    Input relations come from the YAML `relations_file` (``inputs:``), then, with
+    `auto_relations`, from names and shapes. Outputs are compared as
+    :func:`~shardproof.relations.infer.resolve_outputs` says: the file's ``expect:`` section
+    and `expect` ({distributed output: relation | "R of SEQ_NAME"}, which overrides it) pick
+    the outputs and relations; by default every single-device output must be recoverable.
+    `kind` (fw, bw, both) picks the graph in directories holding several."""
+    say = progress or (lambda msg: None)
+    file = load_yaml(relations_file) if relations_file else RelationsFile()
+    wanted = {**file.expect, **parse_spec(expect, source="expectations")}
+    kind = kind or _dump_kind([p for p in (seq_path, dist_path) if isinstance(p, (str, os.PathLike))
+                               and os.path.isdir(p)])
+    say("reading the single-device dump")
+    seq_graphs = load_program(seq_path, kind=kind, constants=file.constants["seq"])
+    if len(seq_graphs) != 1:
+        raise InputError(f"{seq_path}: the single-device program must be one graph, but {len(seq_graphs)} rank "
+                         f"files were found")
+    seq = seq_graphs[0]
+    say("reading the distributed dumps")
+    graphs = load_program(dist_path, kind=kind, constants=file.constants["dist"])
+    bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
+                              [{n.name: n.shape for n in g.inputs} for g in graphs], file.inputs,
+                              by_shape=auto_relations,
+                              labels=[str(g.inputs[0].origin) if g.inputs else g.label for g in graphs])
+    pairs = resolve_outputs([n.name for n in seq.outputs.values()],
+                            [[n.name for n in g.outputs.values()] for g in graphs], wanted)
+    seq = replace(seq, outputs={s: _output(seq, s) for s in pairs})
+    dist = DistributedProgram([replace(g, outputs={s: _output(g, d) for s, (d, _) in pairs.items()})
+                               for g in graphs])
+    name = f"{os.fspath(seq_path)} vs {os.fspath(dist_path)}" if isinstance(dist_path, (str, os.PathLike)) else ""
+    return Prepared(seq, dist, bindings, {s: rel for s, (_, rel) in pairs.items() if rel is not None}, {}, name)
+
+
+def _dump_kind(directories: list) -> str:
+    """The graph kind the dump directories have in common, when there is exactly one."""
+    if not directories:
+        return "fw"
+    found = [dump_kinds(d) for d in directories]
+    common = sorted(set(found[0]).intersection(*found[1:]))
+    if len(common) == 1:
+        return common[0]
+    listing = "; ".join(f"{d}: {', '.join(k) or 'no <kind>.r<N>.py files'}" for d, k in zip(directories, found))
+    if common:
+        raise InputError(f"the dumps hold several graph kinds ({', '.join(common)}): pick one with --kind "
+                         f"({listing})")
+    raise InputError(f"the dumps hold no graph kind in common ({listing})")
+
+
+def _output(graph: Graph, name: str):
+    return next(n for n in graph.outputs.values() if n.name == name)
 
 
 def verify_case(case: Case, world_size: int | None = None, relations: dict | None = None,
                 relations_file: str | None = None, progress: Progress = None) -> Report:
     """Capture and verify `case` (see :func:`prepare` for the options)."""
     p = prepare(case, world_size, relations, relations_file, progress)
+    if progress:
+        progress(f"verifying {p.dist.world_size} ranks")
+    return verify_prepared(p)
+
+
+def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
+                 expect: dict | None = None, kind: str | None = None, progress: Progress = None) -> Report:
+    """Load and verify graph dumps (see :func:`prepare_dumps` for the options)."""
+    p = prepare_dumps(seq_path, dist_path, relations_file, auto_relations, expect, kind, progress)
     if progress:
         progress(f"verifying {p.dist.world_size} ranks")
     return verify_prepared(p)

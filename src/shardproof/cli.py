@@ -5,6 +5,7 @@ Exit codes (contract): 0 verified, 1 violation, 2 unknown, 3 bad input or usage.
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import os
@@ -20,7 +21,17 @@ examples:
   shardproof verify examples/bugs/missing_allreduce.py --json out.json   # exit 1
   shardproof verify my_case.py --relations rel.yaml     # relations from a YAML file
 
+  # graph dumps (print_readable() text; read, never executed):
+  shardproof verify --seq dumps/tp1 --dist dumps/tp2 --auto-relations --expect 'loss=Replicate()'
+  shardproof verify --seq one_step/fw.g0.r0.py --dist two_steps/fw.g0.r0.py \\
+      --relations examples/dumps/grad_accumulation.yaml --json -
+  shardproof verify --seq tp1 --dist tp2 --kind bw --relations rel.yaml --expect "add_3=Replicate() of add_1"
+  shardproof verify --seq s.py --dist d --auto-relations --plugin examples/plugins/softcap.py
+
 A case file is a Python module defining `case(world_size) -> shardproof.Case` (see README).
+--seq is one dump file (or a directory with one rank); --dist a directory of per-rank
+<kind>.g<N>.r<rank>.py files, or the files. A relations file has sections inputs:, expect:
+and constants: (see README). --plugin imports a module declaring your own ops first.
 exit codes: 0 verified, 1 violation, 2 unknown, 3 bad input or usage.
 """
 
@@ -29,50 +40,111 @@ class UsageError(Exception):
     pass
 
 
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors exit 3 (argparse's own 2 means "unknown" here)
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_INPUT)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="shardproof", formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = _ArgumentParser(prog="shardproof", formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Prove that a parallelized model computes exactly what its "
                                             "single-device version computes, or show where it does not.",
                                 epilog=EPILOG)
     sub = p.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("verify", help="verify a case file", formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog=EPILOG)
-    v.add_argument("case", help="Python case file defining case(world_size) -> Case")
+    v = sub.add_parser("verify", help="verify a case file, or single-device and distributed graph dumps",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+    v.add_argument("case", nargs="?", help="Python case file defining case(world_size) -> Case")
     v.add_argument("--world-size", "-n", type=int, help="number of ranks (default: the case's)")
-    v.add_argument("--relations", metavar="FILE", help="YAML file of input relations (name or glob -> relation)")
+    dumps = v.add_argument_group("graph dumps")
+    dumps.add_argument("--seq", metavar="PATH", help="the single-device dump (a file, or a directory with one rank)")
+    dumps.add_argument("--dist", metavar="PATH", nargs="+",
+                       help="the distributed dumps: a directory of per-rank files, or the files")
+    dumps.add_argument("--auto-relations", action="store_true",
+                       help="relate inputs the relations file does not name by name and shape (prints the table)")
+    dumps.add_argument("--expect", metavar="NAME=RELATION", action="append", default=[],
+                       help="expected relation of an output (repeatable); 'NAME=R of SEQ_NAME' when the "
+                            "single-device output has another name. Default: every output recoverable")
+    dumps.add_argument("--kind", metavar="fw|bw|both", help="which graph of the dump directories to verify")
+    v.add_argument("--relations", metavar="FILE", help="YAML relations file (sections inputs:, expect:, constants:)")
+    v.add_argument("--plugin", metavar="MODULE_OR_FILE", action="append", default=[],
+                   help="import a module that declares ops (shardproof.ops.registry.declare) first; repeatable")
     v.add_argument("--json", metavar="FILE", help="also write the report as JSON ('-' for stdout only)")
     v.add_argument("--verbose", "-v", action="store_true", help="show the input relations even when verified")
     return p
 
 
-def load_case_module(path: str):
-    """Import a case file (user code by design; dumps are parsed elsewhere, never run)."""
+def _import_file(path: str, what: str):
+    """Import a user's Python file (user code by design; dumps are parsed elsewhere, never run)."""
     if not os.path.isfile(path):
-        raise UsageError(f"case file {path} does not exist")
+        raise UsageError(f"{what} {path} does not exist")
     here = os.path.dirname(os.path.abspath(path))
-    for d in (here, os.path.dirname(here)):  # case files may import their siblings' models
+    for d in (here, os.path.dirname(here)):  # user files may import their siblings
         if d not in sys.path:
             sys.path.insert(0, d)
-    name = "shardproof_case_" + os.path.splitext(os.path.basename(path))[0]
+    name = "shardproof_user_" + os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
-        raise UsageError(f"case file {path} is not valid Python: {exc.msg} at line {exc.lineno}") from None
+        raise UsageError(f"{what} {path} is not valid Python: {exc.msg} at line {exc.lineno}") from None
     except Exception as exc:
-        raise UsageError(f"case file {path} failed to load: {type(exc).__name__}: {exc}") from None
+        raise UsageError(f"{what} {path} failed to load: {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def load_case_module(path: str):
+    module = _import_file(path, "case file")
     if not callable(getattr(module, "case", None)):
         raise UsageError(f"case file {path} defines no case(world_size) function returning a shardproof.Case")
     return module
 
 
-def _verify(args) -> int:
-    from rich.console import Console
+def load_plugin(name: str) -> None:
+    """Import a plug-in (a file path or a module name); its ``declare(...)`` calls register ops."""
+    from .ops.registry import load_builtin
+    load_builtin()  # first, so that a plug-in may also replace a built-in op
+    if name.endswith(".py") or os.sep in name:
+        _import_file(name, "plugin")
+        return
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        raise UsageError(f"plugin {name} failed to import: {type(exc).__name__}: {exc}") from None
 
-    from .api import InputError, verify_case
-    from .relations.spec import RelationError
-    from .report.terminal import render
+
+def _expectations(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, rel = item.partition("=")
+        if not sep or not name.strip() or not rel.strip():
+            raise UsageError(f"--expect {item!r}: expected NAME=RELATION, e.g. --expect 'loss=Replicate()'")
+        out[name.strip()] = rel.strip()
+    return out
+
+
+def _check_form(args) -> None:
+    dumps = args.seq is not None or args.dist is not None
+    if dumps and args.case:
+        raise UsageError("give either a case file or --seq and --dist, not both")
+    if dumps and (args.seq is None or args.dist is None):
+        raise UsageError("graph dumps need both --seq (the single-device dump) and --dist (the distributed dumps)")
+    if not dumps and not args.case:
+        raise UsageError("give a case file, or --seq and --dist (see shardproof verify --help)")
+    if dumps and args.world_size:
+        raise UsageError("--world-size applies to case files; for dumps it is the number of rank files in --dist")
+    if not dumps and (args.auto_relations or args.expect or args.kind):
+        raise UsageError("--auto-relations, --expect and --kind apply to graph dumps (--seq/--dist)")
+
+
+def _run(args, progress):
+    from .api import verify_case, verify_dumps
+    if args.seq is not None:
+        return verify_dumps(args.seq, args.dist[0] if len(args.dist) == 1 else args.dist,
+                            relations_file=args.relations, auto_relations=args.auto_relations,
+                            expect=_expectations(args.expect), kind=args.kind, progress=progress)
     module = load_case_module(args.case)
     try:
         case = module.case(args.world_size) if args.world_size else module.case()
@@ -80,22 +152,34 @@ def _verify(args) -> int:
         raise UsageError(f"case({args.world_size or ''}) in {args.case} failed: {type(exc).__name__}: {exc}") from None
     if args.world_size:
         case.world_size = args.world_size
+    return verify_case(case, relations_file=args.relations, progress=progress)
+
+
+def _verify(args) -> int:
+    from rich.console import Console
+
+    from .api import InputError
+    from .frontends.fx_text import DumpError
+    from .relations.spec import RelationError
+    from .report.terminal import render
+    _check_form(args)
+    for plugin in args.plugin:
+        load_plugin(plugin)
     to_stdout = args.json == "-"
     console = Console(stderr=to_stdout)
     try:
-        status = console.status("capturing", spinner="dots") if console.is_terminal and not to_stdout else None
+        status = console.status("reading", spinner="dots") if console.is_terminal and not to_stdout else None
         if status:
             status.start()
         try:
-            report = verify_case(case, relations_file=args.relations,
-                                 progress=(lambda msg: status.update(msg)) if status else None)
+            report = _run(args, (lambda msg: status.update(msg)) if status else None)
         finally:
             if status:
                 status.stop()
-    except (InputError, RelationError) as exc:
+    except (InputError, RelationError, DumpError) as exc:
         raise UsageError(str(exc)) from None
     if not to_stdout:
-        render(report, console, verbose=args.verbose)
+        render(report, console, verbose=args.verbose or args.auto_relations)
     if args.json:
         text = json.dumps(report.to_json(), indent=2, default=str)
         if to_stdout:
@@ -113,7 +197,8 @@ def main(argv=None) -> int:
         if args.command == "verify":
             return _verify(args)
     except UsageError as exc:
-        print("shardproof: error: " + textwrap.fill(str(exc), 100, subsequent_indent="  "), file=sys.stderr)
+        print("shardproof: error: " + textwrap.fill(str(exc), 100, subsequent_indent="  ", break_on_hyphens=False,
+                                                    break_long_words=False), file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         return 130

@@ -86,7 +86,8 @@ def _contracts_sharded(operands: list) -> bool:
         and not _differ(operands[0].positions[-1], operands[1].positions[-2])
 
 
-def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio) -> tuple[str, str]:
+def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
+              ratio_of: str = "the value") -> tuple[str, str]:
     where = f" at {node.source}" if node.source else ""
     partial_in = any(rel is not None and rel.partial == "sum" for rel in input_rels)
     op = node.op.split(".")[-1]
@@ -123,12 +124,58 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio)
                 f"rank(s) {', '.join(map(str, ranks))} compute this differently from the others: check per-rank constants "
                 f"and shard offsets{where}")
     if ratio is not None:
-        return ("scaling-mismatch", f"the value is {ratio:g}x the single-device value: check the scale factor{where}")
+        return ("scaling-mismatch", f"{ratio_of} is {ratio:g}x the single-device value: check the scale factor{where}")
     return "value-mismatch", f"this {op} does not compute the single-device value from its (correct) inputs{where}"
 
 
+def _evidence(want: np.ndarray, got: np.ndarray, s_in: dict, rank: int, tensor: str, holder: str):
+    """A counterexample (a window around the first differing element of two equal-shape
+    values) and the ratio got/want when it is one constant other than 1; (None, None) when
+    they agree."""
+    at, sl, pair = _window(want, got)
+    if at is None:
+        return None, None
+    ratio = None
+    with np.errstate(all="ignore"):
+        q = got / want
+    finite = np.isfinite(q) & (want != 0)
+    if finite.any() and np.allclose(q[finite], q[finite].flat[0]) and not np.isclose(q[finite].flat[0], 1):
+        ratio = float(q[finite].flat[0])
+    digits = next((d for d in (4, 8, 12) if _fmt(pair[0], d) != _fmt(pair[1], d)), 16)
+    cex = {
+        "inputs": {k: _fmt(v.reshape(-1)[:6]) + (" ..." if v.size > 6 else "") for k, v in list(s_in.items())[:6]},
+        "tensor": tensor,
+        "index": _fmt_index(sl),
+        "single_device": _fmt(pair[0], digits),
+        "distributed": _fmt(pair[1], digits),
+        "rank": rank,
+        "text": f"single-device {tensor}{_fmt_index(sl)} = {_fmt(pair[0], digits)}; "
+                f"rank {rank}'s {holder} holds {_fmt(pair[1], digits)}",
+    }
+    return cex, ratio
+
+
+def _output_evidence(seq, dist, outputs: list[str], rank: int, s_in, s_env, d_envs):
+    """Evidence at the first differing output whose ranks hold it whole: where the
+    expectation is stated, so the comparison needs no guess about intermediate tensors."""
+    for name in outputs:
+        snode, dnode = seq.outputs[name], dist.graphs[rank].outputs.get(name)
+        if dnode is None or dnode not in d_envs[rank] or snode not in s_env:
+            continue
+        want, got = (np.asarray(v, dtype=np.float64) for v in (s_env[snode], d_envs[rank][dnode]))
+        if want.shape == got.shape:
+            cex, ratio = _evidence(want, got, s_in, rank, f"output {name}", dnode.name)
+            if cex is not None:
+                return cex, ratio, name
+    return None, None, None
+
+
 def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in, s_env, d_envs,
-             expected: str | None = None, cex: dict | None = None) -> Finding:
+             outputs: list[str] = (), expected: str | None = None, cex: dict | None = None) -> Finding:
+    """The finding for `node` (the first broken tensor on `ranks`). Its counterexample
+    compares it with its single-device counterpart; when there is none to compare with (the
+    node consumed a dim its operand holds only part of: it is a piece of a reduction, as in
+    gradient accumulation), the counterexample is taken at the first differing of `outputs`."""
     from .verify import summarize
     r = ranks[0]
     producer = node.args[0] if node.op == "getitem" and node.args and isinstance(node.args[0], Node) else node
@@ -152,7 +199,7 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     ref_name = counterpart.name if counterpart is not None else None
     expected_text = f"{expected} of single-device {ref_name}" if ref_name else expected
 
-    ratio = None
+    ratio, piece = None, False
     d_val = np.asarray(d_envs[r].get(node), dtype=np.float64) if cex is None and node in d_envs[r] else None
     if counterpart is not None and d_val is not None:
         s_val = np.asarray(s_env[counterpart], dtype=np.float64)
@@ -162,27 +209,20 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
             cand = held(s_val, first.positions)
             if cand.shape == d_val.shape:
                 local = cand
-        if local.shape == d_val.shape:
-            at, sl, pair = _window(local, d_val)
-            if at is not None:
-                with np.errstate(all="ignore"):
-                    q = d_val / local
-                finite = np.isfinite(q) & (local != 0)
-                if finite.any() and np.allclose(q[finite], q[finite].flat[0]) and not np.isclose(q[finite].flat[0], 1):
-                    ratio = float(q[finite].flat[0])
-                digits = next((d for d in (4, 8, 12) if _fmt(pair[0], d) != _fmt(pair[1], d)), 16)
-                cex = {
-                    "inputs": {k: _fmt(v.reshape(-1)[:6]) + (" ..." if v.size > 6 else "") for k, v in list(s_in.items())[:6]},
-                    "index": _fmt_index(sl),
-                    "single_device": _fmt(pair[0], digits),
-                    "distributed": _fmt(pair[1], digits),
-                    "rank": r,
-                    "text": f"single-device {ref_name}{_fmt_index(sl)} = {_fmt(pair[0], digits)}; "
-                            f"rank {r} holds {_fmt(pair[1], digits)}",
-                }
-    kind, hint = _classify(producer, input_rels, ranks, world, ratio)
+        elif first is not None and first.positions is not None and any(p is not None for p in first.positions):
+            piece = True
+        if local.shape == d_val.shape and not piece:
+            cex, ratio = _evidence(local, d_val, s_in, r, ref_name, node.name)
+    output = None
+    if cex is None:
+        cex, ratio, output = _output_evidence(seq, dist, list(outputs), r, s_in, s_env, d_envs)
+    if piece:
+        ref_name, expected_text = None, "a single-device tensor"
+    kind, hint = _classify(producer, input_rels, ranks, world, ratio,
+                           f"output {output}" if output else "the value")
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
                           for x, rel in zip(inputs, input_rels))
     message = (f"{producer.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} is not related to any single-device "
-               f"tensor" + (f" (expected {expected_text})" if ref_name else "") + f"; its inputs: {rels_text or 'none'}")
+               f"tensor" + (f" (expected {expected_text})" if ref_name else "") + f"; its inputs: {rels_text or 'none'}"
+               + (f"; output {output} differs as a result" if output else ""))
     return Finding(kind, ranks, node.name, node.op, _src(node), expected_text, "none", message, hint, cex)

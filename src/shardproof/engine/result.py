@@ -37,7 +37,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     outputs: list[OutputCheck] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
-    relations: dict[str, str] = field(default_factory=dict)
+    relations: dict[str, dict] = field(default_factory=dict)  # input -> {relation, of, how}
     stats: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
     strength: str | None = None

@@ -255,7 +255,8 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
     run = interpret(seq, dist, seq_in, dist_in, terms)
     relater = Relater(terms, seq, run.seq)
     report = Report("unknown", world, assumptions=list(ASSUMPTIONS), name=name,
-                    relations={k: str(b) for k, b in bindings.items()})
+                    relations={k: {"relation": str(b.relation), "of": b.seq_name, "how": b.how}
+                               for k, b in bindings.items()})
     report.stats = {"nodes_seq": len(seq.nodes), "nodes_dist": sum(len(g.nodes) for g in dist.graphs),
                     "terms": len(terms.terms)}
     expect = expect or {}
@@ -279,8 +280,9 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
     if run.unsupported:
         u = run.unsupported[0]
         where = "single-device program" if u.rank is None else f"rank {u.rank}"
-        return finish("unknown", reason=f"{u.reason} at node {u.node.name} ({where}"
-                      + (f", {u.node.source}" if u.node.source else "") + "); the engine cannot reason past it")
+        at = [str(s) for s in (u.node.origin, u.node.source) if s]
+        return finish("unknown", reason=f"{u.reason} at node {u.node.name} ({', '.join([where] + at)}); "
+                                        f"the engine cannot reason past it")
     if not broken:
         return finish("verified", strength="proof")
 
@@ -457,6 +459,7 @@ class Localized:
     status: list
     broken: Node
     blame: Optional[str] = None
+    recovers: bool = False  # a later tensor relates again: `broken` may be a legitimate intermediate
 
 
 def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, broken: list[str]):
@@ -483,11 +486,11 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     n, ranks, recovers, _ = min(found.values(), key=lambda f: (f[2], f[3]))
     culprit = _misaligned_slice(n, status[ranks[0]])
     if culprit is not None:
-        return Localized(culprit, ranks, status, culprit)
+        return Localized(culprit, ranks, status, culprit, recovers=recovers)
     overlapping = _overlapping_slice(dist, status, _reach([n], lambda m: list(m.inputs)))
     if overlapping is not None:
-        return Localized(*overlapping[:2], status, n, overlapping[2])
-    return Localized(n, ranks, status, n)
+        return Localized(*overlapping[:2], status, n, overlapping[2], recovers)
+    return Localized(n, ranks, status, n, recovers=recovers)
 
 
 SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select"}
@@ -573,7 +576,7 @@ def _local_finding(run, relater, seq, dist, broken: list[str], expect: dict) -> 
     candidates = []
     loc = _localize(run, relater, seq, dist, broken)
     status = loc.status if loc is not None else _status(run, relater, dist)
-    if loc is not None:
+    if loc is not None and not loc.recovers:  # evidence only where the difference reaches the outputs
         ranks = loc.ranks if loc.blame is None else list(range(dist.world_size))
         candidates.append((Localized(loc.broken, ranks, status, loc.broken), None, loc))
     for name in broken:
@@ -626,5 +629,5 @@ def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[F
                         "a different relation", f"output {name} does not relate to the single-device output as expected")]
     ranks = loc.ranks if loc.blame is None else list(range(dist.world_size))
     evidence_ranks = [r for r in ranks if loc.status[r].get(dist.graphs[r].node(loc.broken.name)) is None] or ranks
-    finding = diagnose(run, relater, seq, dist, loc.broken, evidence_ranks, loc.status, s_in, s_env, d_envs)
+    finding = diagnose(run, relater, seq, dist, loc.broken, evidence_ranks, loc.status, s_in, s_env, d_envs, differing)
     return [_report_at(finding, loc)]

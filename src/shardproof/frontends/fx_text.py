@@ -26,11 +26,14 @@ unpickled, and torch is not needed. The result follows the conventions of
   node is ``out``.
 
 Constants. ``self._tensor_constantN`` (get_attr) becomes an op ``constant`` node with
-``kwargs={"value": None}``: the value is not in the dump (it lived in the pickled module) --
-except for a 0-d constant made by the source line in force, when that line is an indexed
-assignment of a number literal (``masked_input[input_mask] = 0``): then it is that number.
-Its type is the annotation, or that of the ``lift_fresh_copy`` reading it when the get_attr
-line has none. ``lift_fresh_copy`` itself stays an ``aten.lift_fresh_copy`` node.
+``kwargs={"value": None}``: the value is not in the dump (it lived in the pickled module),
+unless the caller supplies it (``constants={"_tensor_constant0": 0.5}``: every element of
+the constant holds that scalar), or the source line in force made a 0-d constant from a
+number literal in an indexed assignment (``masked_input[input_mask] = 0``): then it is that
+number. Its type is the annotation, or that of the ``lift_fresh_copy`` reading it when the
+get_attr line has none. ``lift_fresh_copy`` itself stays an ``aten.lift_fresh_copy`` node.
+
+Every node's ``origin`` is the dump file and the line it was read from.
 
 Symbolic sizes (``"f32[s0, 768]"``, ``"Sym(s0)"``) must be resolved through
 ``symbols={"s0": 8}``; an unresolved symbol in a tensor type is a :class:`DumpError`.
@@ -66,9 +69,11 @@ import os
 import re
 from typing import Any
 
+import numpy as np
+
 from ..ir.graph import Graph, Node, Source, TensorType
 
-__all__ = ["DumpError", "parse_graph", "load_graph", "load_program", "TORCH_DTYPES"]
+__all__ = ["DumpError", "parse_graph", "load_graph", "load_program", "dump_kinds", "TORCH_DTYPES"]
 
 # torch.<name> dtype attribute -> the short form used in annotations and by torch_capture.DTYPES
 TORCH_DTYPES = {
@@ -187,12 +192,13 @@ def _assigned_literal(src: Source | None, ann_type):
 
 
 class _Parser:
-    def __init__(self, text: str, filename: str, groups, world_size, symbols, rank):
+    def __init__(self, text: str, filename: str, groups, world_size, symbols, rank, constants):
         self.text = text
         self.filename = filename
         self.groups = dict(groups or {})
         self.world_size = world_size
         self.symbols = dict(symbols or {})
+        self.constants = dict(constants or {})
         self.rank = rank
         self.graph = Graph(label=filename)
         self.env: dict[str, Node] = {}
@@ -284,6 +290,7 @@ class _Parser:
     def add(self, node: Node) -> Node:
         if node.name in self.env:
             raise self.err(f"{node.name!r} is defined twice")
+        node.origin = Source(self.filename, self.line)
         self.env[node.name] = node
         self.graph.nodes.append(node)
         return node
@@ -690,6 +697,9 @@ class _Parser:
             self.line = st.lineno
             self.current = ""
             self.statement(st, declared, unpacked)
+        if not any(isinstance(st, ast.Return) for st in body):  # every FX graph ends with its outputs
+            raise DumpError(self.filename, fn.end_lineno, "the forward ends without a return statement "
+                                                          "(truncated dump?)")
         self.finish()
         return self.graph
 
@@ -758,23 +768,46 @@ class _Parser:
                     and isinstance(n.args[0].type, tuple) and isinstance(n.args[1], int) \
                     and 0 <= n.args[1] < len(n.args[0].type):
                 n.type = n.args[0].type[n.args[1]]
+        # tensor constants whose value the caller supplied (once their types are known)
+        for n in self.graph.nodes:
+            if n.op == "constant" and n.kwargs.get("value") is None and n.name in self.constants:
+                self.line = n.origin.line
+                n.kwargs["value"] = self.constant_value(n, self.constants[n.name])
+
+    def constant_value(self, node: Node, value):
+        """A supplied scalar as the constant's value: every element holds it, in the dtype
+        live capture uses (float64, int64 or bool)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.err(f"the value given for constant {node.name} must be a number, not {value!r}")
+        if not isinstance(node.type, TensorType):
+            return value
+        if node.type.dtype == "b8":
+            dtype = bool
+        elif node.type.dtype.startswith(("i", "u")):
+            if value != int(value):
+                raise self.err(f"constant {node.name} is {node.type}: the value given, {value!r}, is not an integer")
+            dtype = np.int64
+        else:
+            dtype = np.float64
+        return np.full(node.type.shape, value, dtype=dtype)
 
 
 # ---------------------------------------------------------------- API
 
 def parse_graph(text: str, filename: str = "<dump>", groups: dict[str, Any] | None = None,
                 world_size: int | None = None, *, symbols: dict[str, int] | None = None,
-                rank: int | None = None) -> Graph:
+                rank: int | None = None, constants: dict[str, float] | None = None) -> Graph:
     """Parse one ``print_readable()`` dump into a Graph (see the module doc for conventions).
 
     ``groups`` maps a collective's group name to its global ranks (a tuple), or to a
     partition (a list of tuples: this ``rank``'s part is used); names not in it mean every
     rank ``0..world_size-1`` when ``world_size`` is given, else stay strings. ``symbols``
-    resolves symbolic sizes. Raises :class:`DumpError` (``file:line: ...``) on bad input.
+    resolves symbolic sizes; ``constants`` gives scalar values of ``self._tensor_constantN``
+    by name. Raises :class:`DumpError` (``file:line: ...``) on bad input.
     """
     if not isinstance(text, str):
         raise DumpError(filename, None, f"expected text, got {type(text).__name__}")
-    p = _Parser(text, filename, groups, world_size, symbols, rank)
+    p = _Parser(text, filename, groups, world_size, symbols, rank, constants)
     try:
         return p.run()
     except DumpError:
@@ -799,27 +832,33 @@ def _rank_of(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def dump_kinds(directory) -> list[str]:
+    """The graph kinds (``fw``, ``bw``, ``both``...) of the per-rank dumps in a directory."""
+    return sorted({f.split(".", 1)[0] for f in os.listdir(directory) if _RANK_RE.search(f)})
+
+
 def load_program(paths_or_dir, kind: str = "fw", *, graph: str | None = None,
-                 groups: dict[str, Any] | None = None, symbols: dict[str, int] | None = None) -> list[Graph]:
+                 groups: dict[str, Any] | None = None, symbols: dict[str, int] | None = None,
+                 constants: dict[str, float] | None = None) -> list[Graph]:
     """One distributed program: a directory of per-rank dumps named ``<kind>[.<graph>].r<N>.py``
     (``kind`` picks ``fw``/``bw``/``both``; ``graph`` picks e.g. ``g0`` when several exist),
     or an explicit list of files. Graphs come back sorted by rank number; collective group
-    names resolve against ``groups``, else to all ``len(files)`` ranks."""
+    names resolve against ``groups``, else to all ``len(files)`` ranks. ``constants`` gives
+    tensor constants' values (see :func:`parse_graph`); each must name a constant of some rank."""
+    where = os.fspath(paths_or_dir) if isinstance(paths_or_dir, (str, os.PathLike)) else None
     if isinstance(paths_or_dir, (str, os.PathLike)) and os.path.isdir(paths_or_dir):
         d = os.fspath(paths_or_dir)
         pat = re.compile(r"^" + re.escape(kind) + r"(?:\.(?P<mid>.+?))?\.r(?P<rank>\d+)\.py$")
         found: dict[str, list[str]] = {}
-        kinds = set()
         for f in sorted(os.listdir(d)):
             m = pat.match(f)
             if m:
                 found.setdefault(m.group("mid") or "", []).append(os.path.join(d, f))
-            elif _RANK_RE.search(f):
-                kinds.add(f.split(".", 1)[0])
         if graph is not None:
             found = {k: v for k, v in found.items() if k == graph}
         if not found:
-            other = f" (found: {', '.join(sorted(kinds))})" if kinds else ""
+            kinds = dump_kinds(d)
+            other = f" (found: {', '.join(kinds)})" if kinds else ""
             raise DumpError(d, None, f"no {kind}[.<graph>].r<N>.py files{other}")
         if len(found) > 1:
             raise DumpError(d, None, f"several {kind} graphs ({', '.join(sorted(found))}): pick one with graph=")
@@ -842,16 +881,23 @@ def load_program(paths_or_dir, kind: str = "fw", *, graph: str | None = None,
         ranks = [ranks[i] for i in order]
         if ranks != list(range(len(paths))):
             dup = sorted({r for r in ranks if ranks.count(r) > 1})
+            odd = next(i for i, r in enumerate(ranks) if r != i)
             what = f"rank {dup[0]} given twice" if dup else \
-                f"ranks {ranks} are not 0..{len(paths) - 1}"
-            raise DumpError(paths[0], None, f"{what}: a program needs one file per rank")
+                f"ranks {ranks} are not 0..{len(paths) - 1} (no file for rank {odd})"
+            raise DumpError(paths[odd], None, f"{what}: a program needs one file per rank")
     else:
         ranks = list(range(len(paths)))
     world = len(paths)
     graphs = []
     for r, p in zip(ranks, paths):
-        g = load_graph(p, groups=groups, world_size=world, symbols=symbols, rank=r)
+        g = load_graph(p, groups=groups, world_size=world, symbols=symbols, rank=r, constants=constants)
         g.label = f"rank {r} ({os.path.basename(p)})"
         graphs.append(g)
+    known = {n.name for g in graphs for n in g.nodes if n.op == "constant"}
+    unknown = sorted(set(constants or {}) - known)
+    if unknown:
+        raise DumpError(where or paths[0], None,
+                        f"a value is given for constant(s) {', '.join(unknown)}, which the program does not read "
+                        f"(its constants: {', '.join(sorted(known)) or 'none'})")
     return graphs
 

@@ -43,7 +43,9 @@ class TensorType:
 class Node:
     """One op application. `op` is a registry key such as ``aten.mm`` or
     ``_c10d_functional.all_reduce``; `type` is a TensorType, a tuple of them for
-    multi-output ops, or None for non-tensor values."""
+    multi-output ops, or None for non-tensor values. `source` is where the op came from in
+    the user's program; `origin` is where the node was read from (a dump file and line),
+    None for live capture."""
 
     name: str
     op: str
@@ -51,6 +53,7 @@ class Node:
     kwargs: dict = field(default_factory=dict)
     type: Any = None
     source: Source | None = None
+    origin: Source | None = None
 
     @property
     def inputs(self) -> Iterator["Node"]:

@@ -51,14 +51,16 @@ def declare(names: str | tuple[str, ...], *, numerics, rule, shape=None, collect
 
 
 def lookup(name: str) -> OpDef | None:
-    _load_builtin()
+    load_builtin()
     return REGISTRY.get(name)
 
 
 _loaded = False
 
 
-def _load_builtin() -> None:
+def load_builtin() -> None:
+    """Register the built-in ops (once). Plug-ins are imported after this, so their
+    declarations of a built-in name replace it."""
     global _loaded
     if not _loaded:
         _loaded = True

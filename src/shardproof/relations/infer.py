@@ -1,6 +1,7 @@
 """Finding input relations: from the user's spec (names and globs, Python or YAML), by
 value matching (live programs whose weights were sharded from the single-device ones),
-and by name and shape (dumps, where no values exist).
+and by name and shape (dumps, where no values exist); and which outputs to compare, with
+what expected relation.
 
 Value matching locates every slice of a rank's tensor inside the single-device tensor,
 so it recovers Replicate, Shard, Slices and Interleaved (fused QKV, GQA) exactly; the
@@ -10,8 +11,8 @@ from __future__ import annotations
 
 import fnmatch
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -34,47 +35,113 @@ class InputRelation:
 
 # ---------------------------------------------------------------- user specs
 
-def parse_spec(spec: Mapping | None, source: str = "relations") -> dict[str, tuple[Optional[str], Relation]]:
-    """``{pattern: relation | (seq_name, relation) | {"of": seq_name, "relation": r}}``."""
-    out: dict[str, tuple[Optional[str], Relation]] = {}
+class SpecEntry(NamedTuple):
+    """One stated relation: the single-device tensor it refers to (None: the same name),
+    the relation, and where it was stated (``file:line`` or a description), for messages."""
+    seq_name: Optional[str]
+    relation: Relation
+    where: str = "relations"
+
+
+def parse_spec(spec: Mapping | None, source: str = "relations",
+               lines: Mapping[str, int] | None = None) -> dict[str, SpecEntry]:
+    """``{pattern: relation | "R of seq_name" | (seq_name, relation) | {"of": seq_name, "relation": r}}``;
+    ``lines`` gives the line of each pattern in the file `source`, for messages."""
+    out: dict[str, SpecEntry] = {}
     if spec is None:
         return out
     if not isinstance(spec, Mapping):
-        raise RelationError(f"{source}: expected a mapping from input names to relations, got {type(spec).__name__}")
+        raise RelationError(f"{source}: expected a mapping from tensor names to relations, got {type(spec).__name__}")
     for pattern, value in spec.items():
+        where = f"{source}:{lines[pattern]}" if lines and pattern in lines else source
         seq_name = None
         if isinstance(value, Mapping):
             unknown = set(value) - {"of", "relation"}
             if unknown or "relation" not in value:
-                raise RelationError(f"{source}: entry {pattern!r} must be a relation or {{of: NAME, relation: R}}; "
+                raise RelationError(f"{where}: entry {pattern!r} must be a relation or {{of: NAME, relation: R}}; "
                                     f"got keys {sorted(value)}")
             seq_name, value = value.get("of"), value["relation"]
         elif isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[0], str) \
                 and not str(value[0]).startswith(("Shard", "Replicate", "Partial", "Interleaved", "Slices")):
             seq_name, value = value
+        elif isinstance(value, str) and " of " in value:
+            value, seq_name = (part.strip() for part in value.rsplit(" of ", 1))
         try:
-            out[str(pattern)] = (seq_name, parse_relation(value))
+            out[str(pattern)] = SpecEntry(None if seq_name is None else str(seq_name), parse_relation(value), where)
         except RelationError as exc:
-            raise RelationError(f"{source}: entry {pattern!r}: {exc}") from None
+            raise RelationError(f"{where}: entry {pattern!r}: {exc}") from None
     return out
 
 
-def load_yaml(path: str) -> dict[str, tuple[Optional[str], Relation]]:
-    """Read a relations file: ``inputs:`` (or a top-level mapping) of name/glob -> relation."""
+@dataclass
+class RelationsFile:
+    """A relations file: input relations, expected output relations (keyed by the
+    distributed output's name; ``of`` names the single-device output when it differs),
+    and values of dump constants per side (``{"seq": {name: value}, "dist": {...}}``)."""
+    inputs: dict[str, SpecEntry] = field(default_factory=dict)
+    expect: dict[str, SpecEntry] = field(default_factory=dict)
+    constants: dict[str, dict[str, float]] = field(default_factory=lambda: {"seq": {}, "dist": {}})
+
+
+SECTIONS = ("inputs", "expect", "constants")
+
+
+def _key_lines(node, prefix: tuple = ()) -> dict[tuple, int]:
+    """Line of every mapping key in a composed YAML document, by key path."""
+    import yaml
+    out = {}
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode):
+                out[prefix + (k.value,)] = k.start_mark.line + 1
+                out.update(_key_lines(v, prefix + (k.value,)))
+    return out
+
+
+def load_yaml(path: str) -> RelationsFile:
+    """Read a relations file: sections ``inputs:`` (name/glob -> relation), ``expect:``
+    (output name -> relation) and ``constants:`` (name -> number, or {seq: n, dist: n});
+    a file without sections is an ``inputs`` mapping."""
     import yaml
     try:
         with open(path) as f:
-            data = yaml.safe_load(f)
+            text = f.read()
+        data = yaml.safe_load(text)
+        lines = _key_lines(yaml.compose(text))
     except OSError as exc:
         raise RelationError(f"cannot read relations file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise RelationError(f"relations file {path} is not valid YAML: {exc}") from None
-    if isinstance(data, Mapping) and "inputs" in data:
-        data = data["inputs"]
-    return parse_spec(data or {}, source=path)
+    data = data or {}
+    if not isinstance(data, Mapping):
+        raise RelationError(f"{path}: expected a mapping (sections {', '.join(SECTIONS)}), got {type(data).__name__}")
+    if not any(k in data for k in SECTIONS):
+        data, lines = {"inputs": data}, {("inputs",) + k: v for k, v in lines.items()}
+    extra = [k for k in data if k not in SECTIONS]
+    if extra:
+        raise RelationError(f"{path}:{lines.get((extra[0],), '?')}: unknown section {extra[0]!r}; "
+                            f"a relations file has sections {', '.join(SECTIONS)}")
+
+    def section(name):
+        return {k[1]: v for k, v in lines.items() if len(k) == 2 and k[0] == name}
+    out = RelationsFile(parse_spec(data.get("inputs") or {}, path, section("inputs")),
+                        parse_spec(data.get("expect") or {}, path, section("expect")))
+    constants = data.get("constants") or {}
+    if not isinstance(constants, Mapping):
+        raise RelationError(f"{path}:{lines.get(('constants',), '?')}: constants must map names to numbers")
+    for name, value in constants.items():
+        where = f"{path}:{lines.get(('constants', name), '?')}"
+        per_side = value if isinstance(value, Mapping) else {"seq": value, "dist": value}
+        if set(per_side) - {"seq", "dist"}:
+            raise RelationError(f"{where}: constant {name!r} must be a number or {{seq: n, dist: n}}")
+        for side, v in per_side.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise RelationError(f"{where}: the value of constant {name!r} must be a number, not {v!r}")
+            out.constants[side][str(name)] = v
+    return out
 
 
-def match_spec(spec: dict[str, tuple[Optional[str], Relation]], name: str):
+def match_spec(spec: dict[str, SpecEntry], name: str):
     """The spec entry for an input: exact name first, then the first matching glob."""
     if name in spec:
         return spec[name]
@@ -227,20 +294,22 @@ def relation_by_shape(seq_shape: Sequence[int], local_shapes: list[Sequence[int]
 
 
 def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[str, tuple]],
-                   spec: dict | None = None, seq_values=None, rank_values=None,
-                   by_shape: bool = False) -> dict[str, InputRelation]:
+                   spec: dict[str, SpecEntry] | None = None, seq_values=None, rank_values=None,
+                   by_shape: bool = False, labels: Sequence[str] | None = None) -> dict[str, InputRelation]:
     """Relations for every distributed input: the spec where it speaks, then values, then
-    (if allowed) names and shapes. Raises RelationError naming what is missing or wrong."""
+    (if allowed) names and shapes. Raises RelationError naming what is missing or wrong;
+    ``labels`` say where each rank's program comes from, for messages."""
     spec = spec or {}
     names = list(rank_shapes[0])
     for r, shapes in enumerate(rank_shapes[1:], 1):
         if list(shapes) != names:
-            raise RelationError(f"rank {r}'s program has inputs {list(shapes)}, rank 0's has {names}: "
-                                f"every rank must take the same inputs")
+            where = [f" ({labels[q]})" if labels else "" for q in (r, 0)]
+            raise RelationError(f"rank {r}{where[0]} takes inputs {', '.join(shapes)}, but rank 0{where[1]} takes "
+                                f"{', '.join(names)}: every rank must take the same inputs")
     stale = unused_patterns(spec, names)
     if stale:
-        raise RelationError(f"the relations name {', '.join(map(repr, stale))}, which match no input of the "
-                            f"distributed program (its inputs are: {', '.join(names)})")
+        raise RelationError(f"{spec[stale[0]].where}: the relations name {', '.join(map(repr, stale))}, which match "
+                            f"no input of the distributed program (its inputs are: {', '.join(names)})")
     out: dict[str, InputRelation] = {}
     todo = []
     for name in names:
@@ -248,11 +317,10 @@ def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[st
         if entry is None:
             todo.append(name)
             continue
-        seq_name, rel = entry
-        seq_name = seq_name or name
+        seq_name, rel = entry.seq_name or name, entry.relation
         if not isinstance(rel, Ignore) and seq_name not in seq_shapes:
-            raise RelationError(f"the relation for {name!r} refers to single-device input {seq_name!r}, which does "
-                                f"not exist (single-device inputs: {', '.join(seq_shapes)})")
+            raise RelationError(f"{entry.where}: the relation for {name!r} refers to single-device input "
+                                f"{seq_name!r}, which does not exist (single-device inputs: {', '.join(seq_shapes)})")
         out[name] = InputRelation(name, seq_name, rel, "given")
     if todo and seq_values is not None:
         out.update(infer_by_value(seq_values, rank_values, todo))
@@ -265,7 +333,65 @@ def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[st
                     out[name] = InputRelation(name, name, rel, "name-shape")
                     todo.remove(name)
     if todo:
-        raise RelationError(f"no relation found for distributed input(s) {', '.join(todo)}: their values are not "
-                            f"pieces of any single-device input. State one in the case's relations "
-                            f"(e.g. {{{todo[0]!r}: 'Shard(0)'}}) or mark it Ignore()")
+        why = []
+        if seq_values is not None:
+            why.append("their values are not pieces of any single-device input")
+        if by_shape:
+            why.append("no single-device input of the same name has a shape they shard or replicate")
+        hint = "" if why else " (or infer them from names and shapes: --auto-relations)"
+        raise RelationError(f"no relation found for distributed input(s) {', '.join(todo)}"
+                            + (f": {'; '.join(why)}" if why else "")
+                            + f". State one in the relations (e.g. {todo[0]}: Shard(0)) or mark it Ignore(){hint}")
     return {n: out[n] for n in names}
+
+
+# ---------------------------------------------------------------- outputs
+
+def resolve_outputs(seq_outputs: Sequence[str], rank_outputs: list[Sequence[str]],
+                    expect: dict[str, SpecEntry] | None = None) -> dict[str, tuple[str, Optional[Relation]]]:
+    """Which distributed output each checked single-device output is compared with, and
+    the relation expected (None: any relation that recovers it), by output tensor names
+    in return order (a name may repeat).
+
+    With expectations, exactly the outputs they name are checked: a key names the
+    distributed output, ``of`` the single-device one (default: the same name). Without,
+    every single-device output is checked, against the distributed output of the same
+    name if every rank returns one, else -- when both programs return as many outputs --
+    the one at its position (dumps that also return saved activations differ in length,
+    and their positions mean nothing)."""
+    common = [n for n in dict.fromkeys(rank_outputs[0]) if all(n in r for r in rank_outputs[1:])]
+    listing = f"the distributed program's outputs are: {', '.join(common) or 'none'}"
+    if expect:
+        out: dict[str, tuple[str, Optional[Relation]]] = {}
+        for dist_name, entry in expect.items():
+            seq_name = entry.seq_name or dist_name
+            if dist_name not in common:
+                raise RelationError(f"{entry.where}: the expectation names output {dist_name!r}, which not every rank "
+                                    f"returns ({listing})")
+            if seq_name not in seq_outputs:
+                raise RelationError(f"{entry.where}: the expectation for {dist_name!r} refers to single-device output "
+                                    f"{seq_name!r}, which it does not return (its outputs are: "
+                                    f"{', '.join(dict.fromkeys(seq_outputs))})")
+            if seq_name in out:
+                raise RelationError(f"{entry.where}: single-device output {seq_name!r} is expected twice")
+            out[seq_name] = (dist_name, entry.relation)
+        return out
+    claimed = {n for n in seq_outputs if n in common}
+    out, unmatched = {}, []
+    for i, name in enumerate(seq_outputs):
+        if name in out:
+            continue
+        if name in common:
+            out[name] = (name, None)
+            continue
+        other = rank_outputs[0][i] if len(rank_outputs[0]) == len(seq_outputs) else None
+        if other is None or other in claimed or other not in common:
+            unmatched.append(name)
+            continue
+        claimed.add(other)
+        out[name] = (other, None)
+    if unmatched:
+        raise RelationError(f"single-device output(s) {', '.join(unmatched)} have no distributed counterpart by name "
+                            f"or position ({listing}); say which outputs to compare in the relations' expect: "
+                            f"section (DIST_NAME: {{of: SEQ_NAME, relation: R}})")
+    return out

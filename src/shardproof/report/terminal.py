@@ -38,8 +38,10 @@ def _relations(report: Report) -> Table:
     table = Table(title="input relations", title_justify="left", show_edge=False)
     table.add_column("distributed input")
     table.add_column("relation")
+    table.add_column("of single-device")
+    table.add_column("how")
     for name, rel in report.relations.items():
-        table.add_row(name, rel.split(": ", 1)[-1])
+        table.add_row(name, rel["relation"], rel["of"], rel["how"])
     return table
 
 
@@ -54,7 +56,8 @@ def _finding(i: int, f) -> Panel:
         lines.append(Text("counterexample:", style="bold"))
         if cex.get("inputs"):
             lines.append(Text("  inputs: " + "; ".join(f"{k} = {v}" for k, v in cex["inputs"].items()), style="dim"))
-        lines.append(Text(f"  single-device {cex.get('index', '')}:\n    " + str(cex.get("single_device")).replace("\n", "\n    ")))
+        lines.append(Text(f"  single-device {cex.get('tensor') or ''}{cex.get('index', '')}:\n    "
+                          + str(cex.get("single_device")).replace("\n", "\n    ")))
         lines.append(Text(f"  rank {cex.get('rank')} holds:\n    " + str(cex.get("distributed")).replace("\n", "\n    ")))
     if f.hint:
         lines.append(Text.assemble(("hint: ", "bold cyan"), f.hint))
@@ -62,6 +65,7 @@ def _finding(i: int, f) -> Panel:
 
 
 def render(report: Report, console: Console | None = None, verbose: bool = False) -> None:
+    """Print the report; the input relations when `verbose` or when not verified."""
     console = console or Console()
     console.print(verdict_line(report))
     if report.reason:
