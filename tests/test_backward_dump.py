@@ -111,3 +111,16 @@ def test_backward_graph_alone_stops_at_the_cross_entropy_gradient():
     assert relater.direct(run.dist[0][_node(g0, "index_put_4")]) is None
     local = [run.dist[r][_node(g, "getitem_58")] for r, g in enumerate(dist.graphs)]
     assert relater.partial(local) is None and relater.direct(local[0]) is None
+
+
+def test_missing_layernorm_allreduce_is_a_violation_at_the_unreduced_gradient():
+    """The acceptance case, end to end: the pre-MLP LayerNorm weight gradient (getitem_58,
+    accumulated into add_13) must be equal on every rank; it is each rank's partial sum."""
+    from shardproof.api import verify_dumps
+    report = verify_dumps(os.path.join(CASE, "tp1"), os.path.join(CASE, "tp2.bug"), relations_file=YAML["both"],
+                          auto_relations=True, expect={"add_13": "Replicate()"}, kind="both")
+    assert report.status == "violation"
+    f = report.findings[0]
+    assert (f.node, f.kind, f.rank) == ("add_13", "partial-sum-never-reduced", [0, 1])
+    assert 'getitem_58: Partial("sum")' in f.message
+    assert f.counterexample["single_device"] != f.counterexample["distributed"]

@@ -127,9 +127,6 @@ def test_fixed_grad_accumulation_is_no_violation(tmp_path):
     assert report.status != "violation" and not report.findings, report.findings
 
 
-@pytest.mark.xfail(strict=True, reason="needs a lemma (algebra/lemmas.py): in one linear form, equal-coefficient "
-                                       "partial reductions of one term over a partition of a dim merge into the "
-                                       "whole reduction; until then the fixed pair is unknown")
 def test_fixed_grad_accumulation_is_verified(tmp_path, capsys):
     code, out, _ = cli(capsys, "--seq", os.path.join(GRAD_ACC, "1step"), "--dist", fixed_grad_accumulation(tmp_path),
                        "--relations", GRAD_ACC_YAML)

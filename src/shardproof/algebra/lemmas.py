@@ -22,7 +22,7 @@ from fractions import Fraction
 import numpy as np
 
 from .patterns import Const, P, V, first_match, match, through_views
-from .ranks import RANK_SUM_LEMMAS
+from .ranks import COMPLETES, RANK_SUM_LEMMAS, complete_partials
 from .layout import view_term
 from .terms import TermStore, rewrite
 
@@ -121,7 +121,7 @@ def linear_parts(terms: TermStore, t: int) -> dict[int, Fraction]:
 
 def linear(terms: TermStore, parts: dict[int, Fraction], shape) -> int | None:
     """Build the normal form of Σ c·t (None when everything cancels)."""
-    parts = {t: c for t, c in parts.items() if c != 0}
+    parts = _whole_reductions(terms, {t: c for t, c in parts.items() if c != 0})
     if not parts:
         return None
     if len(parts) == 1:
@@ -130,6 +130,25 @@ def linear(terms: TermStore, parts: dict[int, Fraction], shape) -> int | None:
             return t
     kids = tuple(sorted(parts))
     return terms.make("lin", tuple(parts[k] for k in kids), kids, shape)
+
+
+def _whole_reductions(terms: TermStore, parts: dict[int, Fraction]) -> dict[int, Fraction]:
+    """c·sum(x[P_1]) + ... + c·sum(x[P_k]) over a partition P of a dim is c·sum(x): the
+    same identity a collective completes, met inside one program (micro-batches of a
+    batch accumulated one after another)."""
+    groups: dict[tuple, list[int]] = {}
+    for t, c in parts.items():
+        term = terms[t]
+        if term.op in COMPLETES and COMPLETES[term.op] == "sum":
+            groups.setdefault((c, term.op, term.children), []).append(t)
+    for (c, _, _), ts in groups.items():
+        if len(ts) > 1:
+            whole = complete_partials(terms, ts, "sum")
+            if whole is not None:
+                for t in ts:
+                    del parts[t]
+                parts[whole] = parts.get(whole, Fraction(0)) + c
+    return parts
 
 
 def _merge(terms, weighted, shape):

@@ -35,7 +35,7 @@ def _covers(overs: Sequence[bytes | None], size: int, exact_partition: bool) -> 
     return np.array_equal(np.unique(idx), np.arange(size))
 
 
-def _complete_partials(terms: TermStore, ts: list[int], kind: str) -> int | None:
+def complete_partials(terms: TermStore, ts: list[int], kind: str) -> int | None:
     """Pieces of one reduction over a partition (sum) or cover (max/min) of its dim."""
     first = terms[ts[0]]
     if COMPLETES.get(first.op) != kind:
@@ -81,7 +81,7 @@ def sum_terms(terms: TermStore, ts: list[int]) -> int:
     n = len(ts)
     if all(t == ts[0] for t in ts):
         return scale(terms, ts[0], n)
-    done = _complete_partials(terms, ts, "sum")
+    done = complete_partials(terms, ts, "sum")
     if done is not None:
         return done
     for lemma in RANK_SUM_LEMMAS:
@@ -111,7 +111,7 @@ def extreme_terms(terms: TermStore, ts: list[int], kind: str) -> int:
     """max or min over ranks."""
     if all(t == ts[0] for t in ts):
         return ts[0]
-    done = _complete_partials(terms, ts, kind)
+    done = complete_partials(terms, ts, kind)
     if done is not None:
         return done
     return terms.make(f"{kind}_ranks", (), tuple(ts), terms[ts[0]].shape)
