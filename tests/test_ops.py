@@ -96,3 +96,64 @@ def test_where_masked_vocab_parallel_embedding(world):
     case = Case(single=Lookup(table), distributed=lambda r, w: WhereMaskedEmbedding(table, r, w),
                 inputs={"ids": torch.randint(0, 24, (3, 5))}, world_size=world, expect={"out": "Replicate()"})
     assert verify(case).status == "verified"
+
+
+class VllmMaskedEmbedding(nn.Module):
+    """vLLM's ``VocabParallelEmbedding``: ids masked by multiplying with the in-range mask,
+    an (empty) added-vocabulary range, and the out-of-range rows zeroed with masked_fill."""
+
+    def __init__(self, table, rank, world, shift=0):
+        super().__init__()
+        rows = table.shape[0] // world
+        self.vocab = table.shape[0]
+        self.lo, self.hi = rank * rows + shift, (rank + 1) * rows + shift
+        self.weight = nn.Parameter(table[rank * rows:(rank + 1) * rows].clone())
+
+    def forward(self, ids):
+        org = (ids >= self.lo) & (ids < self.hi)
+        added = (ids >= self.vocab) & (ids < self.vocab)
+        offset = self.lo * org + (self.vocab - (self.hi - self.lo)) * added
+        mask = org | added
+        local = mask * (ids - offset)
+        out = torch.nn.functional.embedding(local, self.weight).masked_fill(~mask.unsqueeze(-1), 0)
+        torch.distributed.all_reduce(out)
+        return out
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_vllm_masked_vocab_parallel_embedding(world):
+    table = torch.randn(24, 4)
+    case = Case(single=Lookup(table), distributed=lambda r, w: VllmMaskedEmbedding(table, r, w),
+                inputs={"ids": torch.randint(0, 24, (3, 5))}, world_size=world, expect={"out": "Replicate()"})
+    assert verify(case).status == "verified"
+
+
+def test_vllm_masked_vocab_parallel_embedding_with_shifted_ranges_is_a_violation():
+    table = torch.randn(24, 4)
+    ids = torch.arange(24).reshape(4, 6)
+    case = Case(single=Lookup(table), distributed=lambda r, w: VllmMaskedEmbedding(table, r, w, shift=r),
+                inputs={"ids": ids}, world_size=2, expect={"out": "Replicate()"})
+    assert verify(case).status == "violation"
+
+
+def test_mask_normal_forms():
+    from fractions import Fraction
+    from shardproof.algebra import masks  # noqa: F401  (registers the rewrites)
+    from shardproof.algebra.terms import TermStore
+    from shardproof.ops.registry import lookup
+    lookup("aten.add")  # loads every rule
+    ts = TermStore()
+    x = ts.make("input", ("x", "i64"), (), (4,))
+    ge = ts.make("ge", ("$", 5, ()), (x,), (4,))
+    lt = ts.make("lt", ("$", 5, ()), (x,), (4,))
+    empty = ts.make("and", ("$", "$", ()), (ge, lt), (4,))
+    assert masks.fill_of(ts, empty) is False
+    inside = ts.make("and", ("$", "$", ()), (ge, ts.make("lt", ("$", 9, ()), (x,), (4,))), (4,))
+    assert masks.fill_of(ts, inside) is None  # 5 <= x < 9 is not empty
+    assert ts.make("or", ("$", "$", ()), (inside, empty), (4,)) == inside
+    assert ts.make("and", ("$", "$", ()), (inside, empty), (4,)) == empty
+    zero = ts.make("scale", (Fraction(0),), (inside,), (4,))
+    assert masks.fill_of(ts, zero) == 0
+    assert ts.make("add", ("$", "$", ()), (x, zero), (4,)) == x  # x + 0*m is x
+    three = ts.make("scale", (Fraction(3),), (empty,), (4,))  # 3 * false is 0
+    assert ts.make("add", ("$", "$", ()), (x, three), (4,)) == x

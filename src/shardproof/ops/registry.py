@@ -63,4 +63,4 @@ def _load_builtin() -> None:
     if not _loaded:
         _loaded = True
         from . import aten, collectives, frameworks  # noqa: F401  (declarations register themselves)
-        from ..algebra import lemmas  # noqa: F401  (pattern lemmas register themselves)
+        from ..algebra import lemmas, masks  # noqa: F401  (pattern lemmas register themselves)
