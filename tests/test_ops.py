@@ -136,6 +136,50 @@ def test_vllm_masked_vocab_parallel_embedding_with_shifted_ranges_is_a_violation
     assert verify(case).status == "violation"
 
 
+class FusedGateUp(nn.Module):
+    """A SwiGLU MLP whose gate and up projections are one weight [gate | up], split by chunk;
+    the parallel version holds [gate_r | up_r] (an interleaved layout) and a row block of down."""
+
+    def __init__(self, gate_up, down, rank=0, world=1, interleaved=True):
+        super().__init__()
+        ffn = gate_up.shape[0] // 2
+        gate, up = gate_up[:ffn].chunk(world, 0)[rank], gate_up[ffn:].chunk(world, 0)[rank]
+        self.gate_up = nn.Parameter(torch.cat([gate, up]) if interleaved else gate_up.chunk(world, 0)[rank].clone())
+        self.down = nn.Parameter(down.chunk(world, 1)[rank].clone())
+        self.world = world
+
+    def forward(self, x):
+        gate, up = (x @ self.gate_up.T).chunk(2, -1)
+        y = (torch.nn.functional.silu(gate) * up) @ self.down.T
+        if self.world > 1:
+            torch.distributed.all_reduce(y)
+        return y
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_fused_gate_up_halves_pair_by_offset(world):
+    gate_up, down = torch.randn(16, 6), torch.randn(6, 8)
+    case = Case(single=FusedGateUp(gate_up, down), distributed=lambda r, w: FusedGateUp(gate_up, down, r, w),
+                inputs={"x": torch.randn(3, 6)}, world_size=world, expect={"out": "Replicate()"})
+    assert verify(case).status == "verified"
+
+
+def test_fused_gate_up_sharded_plainly_is_a_violation():
+    gate_up, down = torch.randn(16, 6), torch.randn(6, 8)
+    case = Case(single=FusedGateUp(gate_up, down),
+                distributed=lambda r, w: FusedGateUp(gate_up, down, r, w, interleaved=False),
+                inputs={"x": torch.randn(3, 6)}, world_size=2, expect={"out": "Replicate()"})
+    assert verify(case).status == "violation"
+
+
+def test_elementwise_of_windows_at_different_offsets_is_exact():
+    # neighbouring columns multiplied: windows of one tensor at offsets 1 and 0, or the same
+    # columns cut from a concatenation
+    single = lambda x: x[:, 1:] * x[:, :-1]  # noqa: E731
+    assert _check(single, lambda x: torch.cat([x, x], 1)[:, 4:6] * x[:, :2]).status == "verified"
+    assert _check(single, lambda x: x[:, 1:] * x[:, 1:]).status == "violation"
+
+
 def test_mask_normal_forms():
     from fractions import Fraction
     from shardproof.algebra import masks  # noqa: F401  (registers the rewrites)
