@@ -57,6 +57,24 @@ def test_real_qwen2_with_plain_shard_for_fused_qkv_is_not_verified():
     assert report.status != "verified"
 
 
+def test_real_qwen2_with_a_shifted_vocab_range_on_one_rank_is_not_verified():
+    if not os.path.isdir(GRAPHS):
+        pytest.skip(f"../shared/graphs absent: {os.path.normpath(GRAPHS)} not found")
+    seq = load_program(os.path.join(GRAPHS, "paral1_layer1"), kind="fw")[0]
+    files = sorted(os.path.join(GRAPHS, "paral2_layer1", f) for f in os.listdir(os.path.join(GRAPHS, "paral2_layer1"))
+                   if f.startswith("fw."))
+    texts = [open(f).read() for f in files]
+    ge = "torch.ops.aten.ge.Scalar(arg0_1, "
+    at = texts[1].index(ge) + len(ge)
+    lo = int(texts[1][at:texts[1].index(")", at)])
+    texts[1] = texts[1][:at] + str(lo - 1) + texts[1][texts[1].index(")", at):]  # rank 1 also takes token lo - 1
+    ranks = [parse_graph(t, f, world_size=2, rank=r) for r, (t, f) in enumerate(zip(texts, files))]
+    with open(RELATIONS) as f:
+        outputs = yaml.safe_load(f)["outputs"]
+    report = _verify(seq, ranks, load_yaml(RELATIONS), outputs)[0]
+    assert report.status != "verified"
+
+
 def test_real_qwen2_with_plain_shard_for_gate_up_is_not_verified():
     report = _real({"arg9_1": "Shard(0)"})
     assert report.status != "verified"
@@ -215,11 +233,13 @@ def test_small_qwen2_dump_is_verified_and_agrees_numerically(world, layers):
                                  seed=seed)[0] == []
 
 
-def test_small_qwen2_dump_with_kv_heads_replicated_to_ranks():
-    # 8 ranks, 2 KV heads: each KV head serves 4 ranks; 1 query head per rank
-    c = Config(heads=8, kv_heads=2, hidden=32, ffn=16, vocab=32)
-    report, _ = verify_small(c, 8)
+@pytest.mark.parametrize("world,heads", [(6, 12), (8, 8)])
+def test_small_qwen2_dump_with_kv_heads_replicated_to_ranks(world, heads):
+    # 2 KV heads over 6 or 8 ranks: each KV head serves 3 or 4 ranks (2 or 1 query heads each)
+    c = Config(heads=heads, kv_heads=2, hidden=2 * heads, ffn=2 * world, vocab=4 * world)
+    report, (seq, dist, bindings, expect) = verify_small(c, world)
     assert report.status == "verified", report.reason
+    assert differing_outputs(seq, dist, bindings, expect, {"ids": np.arange(c.tokens) * 5 % c.vocab})[0] == []
 
 
 def test_small_qwen2_dump_multi_query():
