@@ -3,8 +3,9 @@ is shared with a sibling branch) and then normalizes its own rows of it takes th
 the wrong offset: the shard length is computed as x.size(0) // world although x is already
 the local shard, so ranks 1..N-1 apply LayerNorm to the wrong sequence rows (rank 0 happens
 to be right). The MLP is token-wise, so only those ranks' outputs are wrong. Expected finding:
-the residual add on ranks 1..N-1, where the wrongly offset rows first meet the rank's own
-rows (the root cause is the narrow two lines above the LayerNorm)."""
+the narrow on ranks 1..N-1 (the ranks' pieces overlap instead of tiling the sequence), with
+the counterexample where the wrongly offset rows first meet the rank's own rows (the
+residual add)."""
 import torch
 import torch.nn.functional as F
 
@@ -36,4 +37,4 @@ def case(world_size: int = 2) -> Case:
     return Case(single=full, distributed=lambda rank, world: WrongShardLayerNorm(full, rank, world),
                 inputs={"x": torch.randn(SEQ, BATCH, HIDDEN)}, dist_inputs=shard_sequence,
                 world_size=world_size, name="sp_layernorm_wrong_shard",
-                meta={"bug_op": "aten.add", "bug_ranks": list(range(1, world_size)), "bug": "wrong-shard-offset"})
+                meta={"bug_op": "aten.slice", "bug_ranks": list(range(1, world_size)), "bug": "wrong-shard-offset"})

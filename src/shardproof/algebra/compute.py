@@ -12,7 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .layout import Val, canon_vec, materialize, same_vec, shape_of, truncate, vec_array, vec_key, view_term
+from .layout import (Val, canon_vec, materialize, same_vec, shape_of, truncate, unmaterialize, vec_array, vec_key,
+                     view_term)
 from .terms import TermStore
 
 
@@ -193,22 +194,36 @@ def reduction(terms: TermStore, op: str, attrs: tuple, val: Val, dims: Sequence[
     return Val(t, tuple(vecs))
 
 
+def pair_set(av, asize: int, bv, bsize: int) -> bytes | None:
+    """The multiset of index pairs (i, j) a contracted dim sums over, A[i]*B[j], sorted
+    (summation is order-free); None when it is every (i, i) of equal extents."""
+    a = np.arange(asize, dtype=np.int64) if av is None else np.asarray(av, dtype=np.int64)
+    b = np.arange(bsize, dtype=np.int64) if bv is None else np.asarray(bv, dtype=np.int64)
+    if asize == bsize and len(a) == asize and np.array_equal(a, b) and np.array_equal(np.sort(a), np.arange(asize)):
+        return None
+    pairs = np.stack([a, b], 1)
+    return np.ascontiguousarray(pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]).tobytes()
+
+
 def dot(terms: TermStore, a: Val, b: Val, lhs_batch: Sequence[int], rhs_batch: Sequence[int],
         lhs_contract: Sequence[int], rhs_contract: Sequence[int]) -> Val:
     """General contraction (XLA dot_general): out = batch dims, lhs free, rhs free.
 
-    Block-matrix lemma: a contraction over a subset of the contracted dim (both sides
-    holding the same positions) is a partial sum of the full product."""
-    pairs = list(zip(lhs_batch, rhs_batch)) + list(zip(lhs_contract, rhs_contract))
+    A contracted dim sums A[i]*B[j] over a multiset of index pairs, which the term keeps
+    (no materialization): contractions over the pieces of a split dim -- whatever
+    selection each side holds, a per-head slice of a fused projection against a block
+    of weight rows -- are partial sums that complete to the full product. Operands are
+    never gathers (a materialized selection is the selection), so both programs build
+    the same term however they got there."""
+    a, b = unmaterialize(terms, a), unmaterialize(terms, b)
     ash, bsh = terms.shape(a.t), terms.shape(b.t)
-    for i, j in pairs:
+    for i, j in zip(lhs_batch, rhs_batch):
         if ash[i] != bsh[j] and same_vec(a.vecs[i], b.vecs[j]):
             a, b = truncate(terms, a, i, min(ash[i], bsh[j])), truncate(terms, b, j, min(ash[i], bsh[j]))
             ash, bsh = terms.shape(a.t), terms.shape(b.t)
         if not (ash[i] == bsh[j] and same_vec(a.vecs[i], b.vecs[j])):
             a, b = materialize(terms, a, [i]), materialize(terms, b, [j])
-    ash, bsh = terms.shape(a.t), terms.shape(b.t)
-    over = tuple(_over(a.vecs[i], ash[i]) for i, _ in zip(lhs_contract, rhs_contract))
+    over = tuple(pair_set(a.vecs[i], ash[i], b.vecs[j], bsh[j]) for i, j in zip(lhs_contract, rhs_contract))
     if all(o is None for o in over):
         over = None
     lfree = [d for d in range(len(ash)) if d not in lhs_batch and d not in lhs_contract]

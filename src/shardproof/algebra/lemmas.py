@@ -23,10 +23,12 @@ import numpy as np
 
 from .patterns import Const, P, V, first_match, match, through_views
 from .ranks import RANK_SUM_LEMMAS
+from .layout import view_term
 from .terms import TermStore, rewrite
 
 OUTSIDE = P("or", P("lt", V("ids"), _1=Const("lo")), P("ge", V("ids"), _1=Const("hi")))
-MASKED_IDS = P("where", OUTSIDE, P("sub", V("ids"), _1=Const("lo")))
+# where(m, c, ids - lo): the constant c is the masked (true) branch -- not where(m, ids - lo, c)
+MASKED_IDS = P("where", OUTSIDE, P("sub", V("ids"), _1=Const("lo")), _1=lambda a: a != "$")
 # the owned block of the table: rows (embedding) or columns (one pick per row)
 BLOCK = {"embedding": P("gather", V("W"), _0=Const("rows"), _1=None),
          "take_along": P("gather", V("W"), _0=None, _1=Const("rows"))}
@@ -35,12 +37,17 @@ BLOCK = {"embedding": P("gather", V("W"), _0=Const("rows"), _1=None),
 def _lookup_in_range(kind: str):
     def rule(terms: TermStore, attrs, children, shape):
         table, ids = children
-        env = match(terms, table, BLOCK[kind])
-        env = env and match(terms, ids, MASKED_IDS, env)
+        # the owned block, or the whole table (a group of one masks against its full range)
+        env = match(terms, table, BLOCK[kind]) or {"W": table, "rows": None}
+        env = first_match(terms, ids, [MASKED_IDS, P("reshape", MASKED_IDS)], env)
         if not env or not isinstance(env["lo"], int) or not isinstance(env["hi"], int):
             return None
-        if not np.array_equal(np.frombuffer(env["rows"], dtype=np.int64), np.arange(env["lo"], env["hi"])):
+        size = terms.shape(env["W"])[0 if kind == "embedding" else 1]
+        rows = np.arange(size) if env["rows"] is None else np.frombuffer(env["rows"], dtype=np.int64)
+        if not np.array_equal(rows, np.arange(env["lo"], env["hi"])):
             return None
+        if terms[ids].op == "reshape":  # ids masked, then flattened: look up the flattened ids
+            env["ids"] = view_term(terms, "reshape", terms[ids].attrs, env["ids"], terms.shape(ids))
         return terms.make("lookup_in", (kind, attrs, env["lo"], env["hi"]), (env["W"], env["ids"]), shape)
     rewrite(kind)(rule)
 
@@ -55,13 +62,22 @@ def _zero_outside_range(terms: TermStore, attrs, children, shape):
         return None
     mask, value = children
     inner = terms[value]
+    viewed = inner.op == "reshape"  # looked up on flattened ids, viewed back to the ids' shape
+    if viewed:
+        inner = terms[inner.children[0]]
     if inner.op != "lookup_in":
         return None
     _, _, lo, hi = inner.attrs
-    env = first_match(terms, mask, through_views(OUTSIDE), {"ids": inner.children[1], "lo": lo, "hi": hi})
+    ids = inner.children[1]
+    if viewed:
+        if terms[ids].op != "reshape" or terms.shape(terms[ids].children[0]) != tuple(shape):
+            return None
+        ids = terms[ids].children[0]
+    env = first_match(terms, mask, through_views(OUTSIDE), {"ids": ids, "lo": lo, "hi": hi})
     if env is None:
         return None
-    return terms.make("range_lookup", inner.attrs, inner.children, shape)
+    t = terms.make("range_lookup", inner.attrs, inner.children, inner.shape)
+    return view_term(terms, "reshape", (tuple(shape),), t, shape) if viewed else t
 
 
 @rewrite("range_lookup")

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .compute import scale
+from .compute import pair_set, scale
 from .layout import Val, materialize, same_vec
 from .terms import TermStore
 
@@ -46,16 +46,17 @@ def _complete_partials(terms: TermStore, ts: list[int], kind: str) -> int | None
     if first.op == "dot":
         spec, _ = first.attrs
         overs = [p.attrs[1] for p in pieces]
-        sizes = [terms.shape(first.children[0])[i] for i in spec[2]]
         if any(p.attrs[0] != spec for p in pieces) or any(o is None for o in overs):
             return None
-        varying = [k for k in range(len(sizes)) if len({o[k] for o in overs}) > 1]
+        varying = [k for k in range(len(spec[2])) if len({o[k] for o in overs}) > 1]
         if len(varying) != 1:
             return None
         k = varying[0]
-        if not _covers([o[k] for o in overs], sizes[k], exact_partition=True):
-            return None
-        rest = tuple(None if i == k else o for i, o in enumerate(overs[0]))
+        i, j = spec[2][k], spec[3][k]
+        asize, bsize = terms.shape(first.children[0])[i], terms.shape(first.children[1])[j]
+        pairs = np.concatenate([np.frombuffer(o[k], dtype=np.int64).reshape(-1, 2) for o in overs])
+        whole = pair_set(pairs[:, 0], asize, pairs[:, 1], bsize)
+        rest = tuple(whole if m == k else o for m, o in enumerate(overs[0]))
         rest = None if all(o is None for o in rest) else rest
         return terms.make("dot", (spec, rest), first.children, first.shape)
     dims, keepdim, _, *extra = first.attrs

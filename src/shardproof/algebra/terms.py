@@ -74,6 +74,10 @@ class TermStore:
 def _fmt(a: Any) -> str:
     if isinstance(a, Fraction):
         return str(a)
+    if isinstance(a, bytes):  # index sets: their size says enough in a description
+        return f"<{len(a)} bytes>"
+    if isinstance(a, tuple):
+        return "(" + ", ".join(map(_fmt, a)) + ("," if len(a) == 1 else "") + ")"
     return repr(a)
 
 

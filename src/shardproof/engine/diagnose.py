@@ -17,18 +17,25 @@ def _src(node: Node | None) -> str | None:
     return str(node.source) if node is not None and node.source else None
 
 
-def _counterpart(seq, node: Node, input_rels: list) -> Node | None:
-    """The single-device node computing the same op from the counterparts of the inputs."""
+def counterpart_of(seq, node: Node, input_rels: list, seq_env: dict | None = None) -> Node | None:
+    """The single-device node computing the same op from the counterparts of the inputs
+    (compared by value when the single-device terms are given: views and copies of a
+    tensor are the same input)."""
     if node.op.startswith(COLLECTIVE_PREFIX) or lookup(node.op) is None:
         return input_rels[0].seq_node if input_rels and input_rels[0] is not None else None
     want = [rel.seq_node if rel is not None else None for rel in input_rels]
     if not want:
         return None
+
+    def key(x):
+        v = seq_env.get(x) if seq_env is not None and x is not None else None
+        return getattr(v, "t", x)
+    want_keys = [key(w) for w in want]
     for s in seq.nodes:
-        if s.op == node.op and list(s.inputs) == want:
+        if s.op == node.op and [key(x) for x in s.inputs] == want_keys:
             return s
     for s in seq.nodes:
-        if s.op == node.op and set(s.inputs) == set(want):
+        if s.op == node.op and set(map(key, s.inputs)) == set(want_keys):
             return s
     # The single-device program may fuse differently (addmm for mm + add): take the first
     # tensor of the same rank that reads, or contains, what the inputs correspond to.
@@ -120,31 +127,33 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio)
     return "value-mismatch", f"this {op} does not compute the single-device value from its (correct) inputs{where}"
 
 
-def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in, s_env, d_envs) -> Finding:
+def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in, s_env, d_envs,
+             expected: str | None = None, cex: dict | None = None) -> Finding:
     from .verify import summarize
     r = ranks[0]
     producer = node.args[0] if node.op == "getitem" and node.args and isinstance(node.args[0], Node) else node
     inputs = [x for x in producer.inputs if x in status[r]]
     input_rels = [status[r].get(x) for x in inputs]
-    counterpart = _counterpart(seq, producer, input_rels)
+    counterpart = counterpart_of(seq, producer, input_rels, run.seq)
     if counterpart is not None and producer is not node and isinstance(counterpart.type, tuple):
         index = node.args[1]  # the same output of the single-device op
         counterpart = next((s for s in seq.nodes if s.op == "getitem" and s.args[:1] == (counterpart,)
                             and s.args[1] == index), None)
     world = dist.world_size
 
-    expected = "Replicate()"
     first = input_rels[0] if input_rels else None
-    if first is not None and first.positions is not None and first.kind == "held":
-        peers = [status[q].get(dist.graphs[q].node(inputs[0].name)) if inputs[0].name in {n.name for n in dist.graphs[q].nodes} else None
-                 for q in range(world)]
-        if all(p is not None and p.positions is not None for p in peers):
-            expected = summarize([p.positions for p in peers], tuple(np.shape(s_env[first.seq_node])), world)
+    if expected is None:  # what the op's first input's layout would make of a correct result
+        expected = "Replicate()"
+        if first is not None and first.positions is not None and first.kind == "held":
+            peers = [status[q].get(dist.graphs[q].node(inputs[0].name)) if dist.graphs[q].has(inputs[0].name) else None
+                     for q in range(world)]
+            if all(p is not None and p.positions is not None for p in peers):
+                expected = summarize([p.positions for p in peers], tuple(first.seq_node.shape), world)
     ref_name = counterpart.name if counterpart is not None else None
     expected_text = f"{expected} of single-device {ref_name}" if ref_name else expected
 
-    cex, ratio = None, None
-    d_val = np.asarray(d_envs[r].get(node), dtype=np.float64) if node in d_envs[r] else None
+    ratio = None
+    d_val = np.asarray(d_envs[r].get(node), dtype=np.float64) if cex is None and node in d_envs[r] else None
     if counterpart is not None and d_val is not None:
         s_val = np.asarray(s_env[counterpart], dtype=np.float64)
         local = s_val

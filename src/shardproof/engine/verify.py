@@ -23,7 +23,7 @@ from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation, relation_by_value
 from ..relations.spec import (Ignore, Partial, Relation, RelationError, Shard, Slices, chunk_bounds, held,
                               layout_index)
-from .numeric import check_evaluable, evaluate
+from .numeric import NumericError, check_evaluable, evaluate
 from .result import Finding, OutputCheck, Report
 from .symbolic import SymbolicRun, interpret
 
@@ -297,12 +297,19 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
     # The rules did not prove it: look for numeric evidence of a real difference.
     try:
         differing, (s_in, s_env, d_envs) = differing_outputs(seq, dist, bindings, expect, examples, broken)
-    except Exception as exc:  # numerics unavailable: cannot confirm a violation
-        return finish("unknown", reason=f"no proof for output(s) {', '.join(broken)}, and the programs could not "
-                                        f"be evaluated numerically to confirm a difference ({exc})")
+    except Exception as exc:  # numerics unavailable (too large, unknown constants): or unknown constants: look for evidence at the broken op
+        finding = _local_finding(run, relater, seq, dist, broken, expect)
+        if finding is not None:
+            return finish("violation", findings=[finding], strength="local",
+                          reason=f"the programs cannot be evaluated end to end ({exc}); the counterexample is "
+                                 f"local: the op's inputs are proven to hold the single-device values shown")
+        first = _localize(run, relater, seq, dist, broken)
+        where = f"; relations stop at node {first.node.name} (op {first.node.op})" if first else ""
+        return finish("unknown", reason=f"no proof for output(s) {', '.join(broken)}{where}, and no numeric "
+                                        f"evidence of a difference ({exc})")
     if not differing:
         first = _localize(run, relater, seq, dist, broken)
-        where = f" (relations stop at node {first[0].name}, op {first[0].op})" if first else ""
+        where = f" (relations stop at node {first.node.name}, op {first.node.op})" if first else ""
         return finish("unknown", reason=f"could not prove output(s) {', '.join(broken)}{where}; a numeric test on "
                                         f"random inputs shows no difference, so this may be a missing lemma")
     report.findings = _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs)
@@ -450,6 +457,18 @@ def _status(run: SymbolicRun, relater: Relater, dist: DistributedProgram):
     return status
 
 
+@dataclass
+class Localized:
+    """Where a violation is reported (`node`, on `ranks`) and the first tensor whose
+    relation breaks (`broken`, where the evidence is); they differ when an earlier op is
+    to blame (`blame` says why)."""
+    node: Node
+    ranks: list
+    status: list
+    broken: Node
+    blame: Optional[str] = None
+
+
 def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, broken: list[str]):
     """The first distributed tensors (with their ranks) whose relation breaks."""
     status = _status(run, relater, dist)
@@ -474,8 +493,11 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     n, ranks, recovers, _ = min(found.values(), key=lambda f: (f[2], f[3]))
     culprit = _misaligned_slice(n, status[ranks[0]])
     if culprit is not None:
-        return culprit, ranks, status
-    return n, ranks, status
+        return Localized(culprit, ranks, status, culprit)
+    overlapping = _overlapping_slice(dist, status, _reach([n], lambda m: list(m.inputs)))
+    if overlapping is not None:
+        return Localized(*overlapping[:2], status, n, overlapping[2])
+    return Localized(n, ranks, status, n)
 
 
 SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select"}
@@ -504,6 +526,43 @@ def _misaligned_slice(node: Node, status: dict) -> Optional[Node]:
     return None
 
 
+def _overlapping_slice(dist: DistributedProgram, status: list, ancestors: set):
+    """A slicing op whose pieces overlap across ranks where they should tile the dim (a
+    sequence-parallel scatter cut at the wrong offset on one rank): the pieces of a
+    replicated tensor either repeat the same rows everywhere or partition them. Blames
+    the ranks whose piece is not its chunk."""
+    names = {n.name for n in ancestors}
+    for n in dist.graphs[0].nodes:
+        if n.op not in SLICING_OPS or n.name not in names or not all(g.has(n.name) for g in dist.graphs):
+            continue
+        rels = [status[q].get(g.node(n.name)) for q, g in enumerate(dist.graphs)]
+        if any(rel is None or rel.positions is None or rel.kind != "held" for rel in rels):
+            continue
+        dims = {d for rel in rels for d, p in enumerate(rel.positions) if p is not None}
+        if len(dims) != 1:
+            continue
+        d = dims.pop()
+        size = rels[0].seq_node.shape[d]
+        pieces = [np.arange(size) if rel.positions[d] is None else rel.positions[d] for rel in rels]
+        allpos = np.concatenate(pieces)
+        if len(np.unique(allpos)) == len(allpos) or all(np.array_equal(p, pieces[0]) for p in pieces):
+            continue
+        world = dist.world_size
+        bad = [q for q, p in enumerate(pieces) if not np.array_equal(p, np.arange(*chunk_bounds(size, world, q)))]
+        bad = bad or list(range(world))
+        spans = "; ".join(f"rank {q} takes {_span(pieces[q])}, its chunk is "
+                          f"{_span(np.arange(*chunk_bounds(size, world, q)))}" for q in bad)
+        return (dist.graphs[bad[0]].node(n.name), bad,
+                f"the ranks' pieces of dim {d} of {rels[0].seq_node.name} overlap instead of tiling it ({spans})")
+    return None
+
+
+def _span(p: np.ndarray) -> str:
+    contiguous = len(p) and np.array_equal(p, np.arange(p[0], p[0] + len(p)))
+    return f"[{p[0]}:{p[0] + len(p)})" if contiguous else f"{len(p)} positions"
+    return None
+
+
 def _reach(starts, step) -> set:
     seen, stack = set(), list(starts)
     while stack:
@@ -515,6 +574,57 @@ def _reach(starts, step) -> set:
     return seen
 
 
+def _local_finding(run, relater, seq, dist, broken: list[str], expect: dict) -> Optional[Finding]:
+    """A finding backed by local evidence (see ``engine.local``): at the first broken
+    tensor, or at an output proven to hold another relation than the expected one (a
+    partial sum where a replicated value was expected)."""
+    from .diagnose import diagnose
+    from .local import local_instance
+    candidates = []
+    loc = _localize(run, relater, seq, dist, broken)
+    status = loc.status if loc is not None else _status(run, relater, dist)
+    if loc is not None:
+        ranks = loc.ranks if loc.blame is None else list(range(dist.world_size))
+        candidates.append((Localized(loc.broken, ranks, status, loc.broken), None, loc))
+    for name in broken:
+        nodes = [g.outputs.get(name) for g in dist.graphs]
+        if expect.get(name) is not None and all(n is not None and status[r].get(n) is not None
+                                                for r, n in enumerate(nodes)):
+            at = Localized(nodes[0], list(range(dist.world_size)), status, nodes[0])
+            candidates.append((at, expect[name], at))
+    for at, expected, report_at in candidates:
+        found = local_instance(run, seq, dist, at.node, at.ranks, status, expected)
+        if found is None:
+            continue
+        finding = diagnose(run, relater, seq, dist, at.node, at.ranks, status, found.inputs, found.s_env,
+                           found.d_envs, expected=None if expected is None else str(expected),
+                           cex=found.counterexample)
+        return _report_at(finding, report_at)
+    return None
+
+
+def _report_at(finding: Finding, loc: Localized) -> Finding:
+    """Name the op to blame: the producer of a multi-output op's broken output, or an
+    earlier op whose effect the broken tensor shows."""
+    node = loc.node
+    if loc.blame is not None:
+        finding.message = f"{node.name} = {node.op}(...) on rank(s) {', '.join(map(str, loc.ranks))}: {loc.blame}; " \
+                          f"the first tensor that shows it is {loc.broken.name}: {finding.message}"
+        finding.kind, finding.rank = "wrong-shard-offset", loc.ranks
+        finding.expected, finding.actual = "each rank's own chunk (the pieces tile the dim)", "overlapping pieces"
+        finding.hint = f"cut each rank's piece at its own offset (rank r: the r-th chunk)" + \
+                       (f" at {node.source}" if node.source else "")
+        finding.node, finding.op, finding.source = node.name, node.op, _src(node)
+    _name_producer(finding, node)
+    return finding
+
+
+def _name_producer(finding: Finding, node: Node) -> None:
+    if node.op == "getitem" and node.args and isinstance(node.args[0], Node):
+        producer = node.args[0]  # one output of a multi-output op: name the op that broke
+        finding.node, finding.op, finding.source = producer.name, producer.op, _src(producer) or finding.source
+
+
 def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[Finding]:
     from .diagnose import diagnose
     loc = _localize(run, relater, seq, dist, differing)
@@ -524,9 +634,7 @@ def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[F
         return [Finding("output-mismatch", list(range(dist.world_size)), dnode.name if dnode else name,
                         dnode.op if dnode else "?", _src(dnode) if dnode else None, "recoverable",
                         "a different relation", f"output {name} does not relate to the single-device output as expected")]
-    node, ranks, status = loc
-    finding = diagnose(run, relater, seq, dist, node, ranks, status, s_in, s_env, d_envs)
-    if node.op == "getitem" and node.args and isinstance(node.args[0], Node):
-        producer = node.args[0]  # one output of a multi-output op: name the op that broke
-        finding.node, finding.op, finding.source = producer.name, producer.op, _src(producer) or finding.source
-    return [finding]
+    ranks = loc.ranks if loc.blame is None else list(range(dist.world_size))
+    evidence_ranks = [r for r in ranks if loc.status[r].get(dist.graphs[r].node(loc.broken.name)) is None] or ranks
+    finding = diagnose(run, relater, seq, dist, loc.broken, evidence_ranks, loc.status, s_in, s_env, d_envs)
+    return [_report_at(finding, loc)]

@@ -26,7 +26,9 @@ unpickled, and torch is not needed. The result follows the conventions of
   node is ``out``.
 
 Constants. ``self._tensor_constantN`` (get_attr) becomes an op ``constant`` node with
-``kwargs={"value": None}``: the value is not in the dump (it lived in the pickled module).
+``kwargs={"value": None}``: the value is not in the dump (it lived in the pickled module) --
+except for a 0-d constant made by the source line in force, when that line is an indexed
+assignment of a number literal (``masked_input[input_mask] = 0``): then it is that number.
 Its type is the annotation, or that of the ``lift_fresh_copy`` reading it when the get_attr
 line has none. ``lift_fresh_copy`` itself stays an ``aten.lift_fresh_copy`` node.
 
@@ -161,6 +163,27 @@ def _sources(lines: list[str]) -> list[Source | None]:
                 cur = None
         out.append(cur)
     return out
+
+
+def _assigned_literal(src: Source | None, ann_type):
+    """The number a 0-d tensor constant holds when the source line that made it is
+    ``x[...] = <number>`` (PyTorch lifts the literal into a constant tensor); else None."""
+    if src is None or not src.code or (isinstance(ann_type, TensorType) and ann_type.shape != ()):
+        return None
+    try:
+        st = ast.parse(src.code).body
+    except SyntaxError:
+        return None
+    if len(st) != 1 or not isinstance(st[0], ast.Assign) or len(st[0].targets) != 1 \
+            or not isinstance(st[0].targets[0], ast.Subscript):
+        return None
+    expr, sign = st[0].value, 1
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+        expr, sign = expr.operand, (-1 if isinstance(expr.op, ast.USub) else 1)
+    if not isinstance(expr, ast.Constant) or isinstance(expr.value, bool) or not isinstance(expr.value, (int, float)):
+        return None
+    import numpy as np
+    return np.asarray(sign * expr.value)
 
 
 class _Parser:
@@ -569,7 +592,8 @@ class _Parser:
             self.getitem(name, (producer, index), ann_type)
         elif isinstance(expr, ast.Attribute) and (_dotted(expr) or "").startswith("self.") \
                 and (_dotted(expr) or "").count(".") == 1:
-            self.add(Node(name, "constant", kwargs={"value": None}, type=ann_type, source=self.src))
+            value = _assigned_literal(self.src, ann_type)
+            self.add(Node(name, "constant", kwargs={"value": value}, type=ann_type, source=self.src))
         elif isinstance(expr, (ast.BinOp, ast.UnaryOp, ast.Compare)):
             self.operator(name, expr, ann_type)
         elif isinstance(expr, ast.Name) and expr.id in self.env:

@@ -86,6 +86,9 @@ class Graph:
     def inputs(self) -> list[Node]:
         return [n for n in self.nodes if n.op == "input"]
 
+    def has(self, name: str) -> bool:
+        return any(n.name == name for n in self.nodes)
+
     def node(self, name: str) -> Node:
         for n in self.nodes:
             if n.name == name:

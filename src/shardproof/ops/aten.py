@@ -577,7 +577,8 @@ declare(T + "index", numerics=_index_num, rule=_index_rule, doc="advanced indexi
 
 def _index_put_num(x, indices, values, accumulate=False):
     out = as_float(x).copy()
-    key = tuple(slice(None) if i is None else np.asarray(i) for i in indices)
+    key = tuple(slice(None) if i is None else np.asarray(i) if np.asarray(i).dtype == bool
+                else np.asarray(i).astype(np.int64) for i in indices)
     if accumulate:
         np.add.at(out, key, values)
     else:
@@ -597,6 +598,11 @@ def _index_put_rule(ctx: RuleCtx, x: Val, indices, values, accumulate=False):
         if fill is not None:  # x[mask] = c: the same term as masked_fill(x, mask, c)
             return compute.elementwise(ctx.terms, "where", ("$", freeze(fill), "$", ()), [mask, x])
         return compute.elementwise(ctx.terms, "where", ("$", "$", "$", ()), [mask, values, x])
+    if (not accumulate and len(indices) == 2 and all(isinstance(i, Val) for i in indices) and len(x.vecs) == 2
+            and isinstance(values, Val) and _is_row_range(ctx.terms, indices[0], shape_of(ctx.terms, x)[0])
+            and shape_of(ctx.terms, indices[1]) == (shape_of(ctx.terms, x)[0],) and _is_integer(ctx, 1)
+            and str(getattr(getattr(ctx.node.args[1][1], "type", None), "dtype", "")).startswith(("i", "u"))):
+        return _put_along_rows(ctx, x, indices[1], values)  # x[arange(n), idx] = v: one write per row
     return _opaque("index_put")(ctx, x, indices, values, accumulate)
 
 
@@ -830,3 +836,313 @@ def _empty_shape(a):
 declare(T + "copy", numerics=lambda dst, src, *a: np.broadcast_to(src, np.shape(dst)).astype(np.float64),
         rule=lambda ctx, dst, src, *a: layout.expand(ctx.terms, src, shape_of(ctx.terms, dst)),
         doc="functional copy_: the result is src broadcast to dst's shape")
+
+# ------------------------------------------------------------------ backward ops (joint fw+bw graphs)
+#
+# Gradients are built from the same helpers as the forward ops, so the same math gets the
+# same term on both programs: a weight gradient is a reduction over the leading (token)
+# dims of an elementwise term, so a rank holding some tokens gets a *partial* sum that an
+# all_reduce completes; gradients of inputs are rowwise and follow any row selection.
+
+
+def _gelu_backward_num(g, x, approximate="none"):
+    g, x = as_float(g), as_float(x)
+    if approximate == "tanh":
+        k = np.sqrt(2 / np.pi)
+        inner = k * (x + 0.044715 * x ** 3)
+        t = np.tanh(inner)
+        return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x))
+    cdf = 0.5 * (1 + erf(x / np.sqrt(2)))
+    pdf = np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+    return g * (cdf + x * pdf)
+
+
+elementwise_op(T + "gelu_backward", _gelu_backward_num, doc="grad * gelu'(x)")
+elementwise_op(T + "threshold_backward",
+               lambda g, x, threshold: np.where(as_float(x) <= threshold, 0.0, as_float(g)),
+               doc="grad where x > threshold, else 0 (relu backward)")
+elementwise_op(T + "sigmoid_backward", lambda g, y: as_float(g) * as_float(y) * (1 - as_float(y)),
+               doc="grad * y * (1 - y)")
+elementwise_op(T + "tanh_backward", lambda g, y: as_float(g) * (1 - as_float(y) ** 2), doc="grad * (1 - y^2)")
+elementwise_op(T + "silu_backward",
+               lambda g, x: as_float(g) * (s := 1 / (1 + np.exp(-as_float(x)))) * (1 + as_float(x) * (1 - s)),
+               doc="grad * silu'(x)")
+
+
+def _softmax_backward_num(g, y, dim, *a):
+    g, y = as_float(g), as_float(y)
+    return y * (g - np.sum(g * y, axis=dim, keepdims=True))
+
+
+def _log_softmax_backward_num(g, y, dim, *a):
+    g, y = as_float(g), as_float(y)
+    return g - np.exp(y) * np.sum(g, axis=dim, keepdims=True)
+
+
+def _along_many(op, n_tensors):
+    """Like :func:`_along` for ops over several operands normalized along one dim (the
+    softmax backwards: grad and output): exact on any common selection of the other dims."""
+    def rule(ctx: RuleCtx, *args):
+        vals, dim = list(args[:n_tensors]), args[n_tensors]
+        nd = len(vals[0].vecs)
+        order = [d for d in range(nd) if d != dim % nd] + [dim % nd]
+        moved = [layout.permute(ctx.terms, v, order) for v in vals]
+        out = compute.rowwise(ctx.terms, op, (), moved, 1, [shape_of(ctx.terms, moved[0])])[0]
+        back = list(range(nd - 1))
+        back.insert(dim % nd, nd - 1)
+        return layout.permute(ctx.terms, out, back)
+    return rule
+
+
+declare(T + "_softmax_backward_data", numerics=_softmax_backward_num, rule=_along_many("softmax_backward", 2),
+        doc="softmax backward: y * (g - sum(g * y)) along a dim")
+declare(T + "_log_softmax_backward_data", numerics=_log_softmax_backward_num,
+        rule=_along_many("log_softmax_backward", 2), doc="log-softmax backward: g - exp(y) * sum(g) along a dim")
+
+
+def layer_norm_backward_num(g, x, mean, rstd, w, b, ndims):
+    """Reference layer-norm gradients (grad_input, grad_weight, grad_bias); `mean`/`rstd`
+    broadcast against x's leading dims (keepdim shape)."""
+    g, x = as_float(g), as_float(x)
+    ax = tuple(range(x.ndim - ndims, x.ndim))
+    lead = tuple(range(x.ndim - ndims))
+    xhat = (x - mean) * rstd
+    gw = g * as_float(w) if w is not None else g
+    gi = rstd * (gw - np.mean(gw, axis=ax, keepdims=True) - xhat * np.mean(gw * xhat, axis=ax, keepdims=True))
+    gweight = np.sum(g * xhat, axis=lead) if w is not None else None
+    gbias = np.sum(g, axis=lead) if b is not None else None
+    return gi, gweight, gbias
+
+
+def layer_norm_backward_rule(ctx: RuleCtx, g: Val, x: Val, mean: Val, rstd: Val, w, b, ndims: int) -> tuple:
+    """Layer-norm gradients as terms. `mean`/`rstd` are per-row statistics in keepdim shape
+    (leading dims of x, then ones). grad_input is rowwise over the normalized dims (exact
+    on any common row selection); grad_weight is ``sum_rows(g * (x - mean) * rstd)`` and
+    grad_bias ``sum_rows(g)``: built with the aten sub/mul/sum rules, so a rank holding
+    some rows gets a partial sum of the single-device gradient."""
+    terms = ctx.terms
+    operands = [g, x, mean, rstd] + ([w] if isinstance(w, Val) else [])
+    gi = compute.rowwise(terms, "layer_norm_backward", (ndims, isinstance(w, Val)), operands, ndims,
+                         [shape_of(terms, g)])[0]
+    lead = list(range(len(x.vecs) - ndims))
+    gw = gb = None
+    if isinstance(w, Val):
+        centered = compute.elementwise(terms, "sub", template((x, mean), {}), [x, mean])
+        xhat = _mul_rule(ctx, centered, rstd)
+        gw = _sum_rule(ctx, _mul_rule(ctx, g, xhat), lead)
+    if isinstance(b, Val):
+        gb = _sum_rule(ctx, g, lead)
+    return gi, gw, gb
+
+
+def _native_ln_backward_num(g, x, shape, mean, rstd, w, b, mask=(True, True, True)):
+    outs = layer_norm_backward_num(g, x, mean, rstd, w, b, len(shape))
+    return tuple(o if m else None for o, m in zip(outs, mask))
+
+
+def _native_ln_backward_rule(ctx: RuleCtx, g, x, shape, mean, rstd, w, b, mask=(True, True, True)):
+    outs = layer_norm_backward_rule(ctx, g, x, mean, rstd, w, b, len(shape))
+    return tuple(o if m else None for o, m in zip(outs, mask))
+
+
+declare(T + "native_layer_norm_backward", numerics=_native_ln_backward_num, rule=_native_ln_backward_rule,
+        doc="layer norm backward (grad_input, grad_weight, grad_bias)")
+
+
+# one-hot rows: ``onehot(idx, n)[..., j] = (idx[...] == j)``; a scatter of one value per
+# row is ``x + delta * onehot``, and an embedding's weight gradient is the contraction of
+# ``onehot(ids)`` with the output gradient over the token dims (a partial sum per token shard).
+
+def onehot(ctx: RuleCtx, idx: Val, n: int) -> Val:
+    t = ctx.terms.make("onehot", (int(n),), (idx.t,), ctx.terms.shape(idx.t) + (int(n),))
+    return Val(t, idx.vecs + (None,))
+
+
+def _fold_selected(ctx: RuleCtx, idx: Val, cols, size: int):
+    """Positions `cols[idx]` of a dim of `size` for indices `idx` into the selection
+    `cols` (None: the whole dim), with a one-hot over the whole dim; None when `cols` is
+    not a contiguous block (no exact term for it here)."""
+    if cols is None:
+        return idx
+    cols = np.asarray(cols)
+    lo = int(cols[0]) if len(cols) else 0
+    if not len(cols) or not np.array_equal(cols, np.arange(lo, lo + len(cols))):
+        return None
+    return idx if lo == 0 else compute.elementwise(ctx.terms, "add_const", (freeze(lo),), [idx])
+
+
+def _masked_ids(ctx: RuleCtx, idx: Val, lo=None, hi=None):
+    """If `idx` is Megatron's masked local index ``where(ids < lo | ids >= hi, c, ids - lo)``
+    (any fill c in the masked branch; seen through a reshape), ``(ids, ids_term, lo, hi)``:
+    ``ids`` a Val of the ids at idx's positions, ``ids_term`` the term inside the mask;
+    else None. `lo`/`hi` given: they must be these."""
+    from ..algebra.lemmas import OUTSIDE
+    from ..algebra.patterns import Const, P, V, first_match
+    fill_first = lambda a: a != "$"  # noqa: E731  (where(m, c, x): the constant is the masked branch)
+    base = {k: v for k, v in (("lo", lo), ("hi", hi)) if v is not None}
+    for local in (P("sub", V("ids"), _1=Const("lo")), V("ids")):  # ids - lo, or ids itself when lo is 0
+        env = base
+        if not isinstance(local, P):
+            if base.get("lo", 0) != 0:
+                continue
+            env = {**base, "lo": 0}
+        for pat in (P("where", OUTSIDE, local, _1=fill_first), P("where", OUTSIDE, V("fill"), local)):
+            found = first_match(ctx.terms, idx.t, [pat, P("reshape", pat)], env)
+            if found is None or not all(isinstance(found[k], int) for k in ("lo", "hi")):
+                continue
+            shape = ctx.terms.shape(idx.t)
+            ids = layout.view_term(ctx.terms, "reshape", (shape,), found["ids"], shape)
+            return Val(ids, idx.vecs), found["ids"], found["lo"], found["hi"]
+    return None
+
+
+def _is_outside(terms, t: int, ids: int, lo: int, hi: int, shape) -> bool:
+    """Whether `t` is the mask ``ids < lo | ids >= hi`` of the ids term `ids`, or a reshape of
+    it to `shape` (as a float: casts are value-preserving)."""
+    from ..algebra.lemmas import OUTSIDE
+    from ..algebra.patterns import match
+    if terms.shape(t) != tuple(shape):
+        return False
+    if terms[t].op == "reshape":
+        t = terms[t].children[0]
+    return match(terms, t, OUTSIDE, {"ids": ids, "lo": lo, "hi": hi}) is not None
+
+
+def _in_range_scale(terms, delta: int, ids: int, lo: int, hi: int):
+    """c when `delta` is ``c * (1 - m)`` with m the mask ``ids < lo | ids >= hi`` viewed at
+    delta's shape (as the cross-entropy backward builds it); else None."""
+    from ..algebra.lemmas import linear_parts
+    shape = terms.shape(delta)
+    parts = linear_parts(terms, delta)
+    if len(parts) != 1:
+        return None
+    (part, c), = parts.items()
+    one_minus = terms[part]
+    if one_minus.op != "add_const" or one_minus.attrs[0] != 1 or one_minus.shape != shape:
+        return None
+    inner = linear_parts(terms, one_minus.children[0])
+    if len(inner) != 1 or next(iter(inner.values())) != -1:
+        return None
+    return c if _is_outside(terms, next(iter(inner)), ids, lo, hi, shape) else None
+
+
+def _put_along_rows(ctx: RuleCtx, x: Val, idx: Val, v: Val) -> Val:
+    """``x[arange(n), idx] = v`` on a 2-D x: ``x + (v - x[i, idx_i]) * onehot(idx)``, with the
+    one-hot over x's whole column dim at the selected columns (exact: the columns of a
+    selection are distinct, so ``cols[j] == cols[idx_i]`` iff ``j == idx_i``).
+
+    Megatron's vocab-parallel cross-entropy backward writes through a masked local index
+    (rows whose target is outside the rank's columns [lo, hi) write their own value back at
+    a fill position: ``delta = c * (1 - mask)``). Then ``(1 - mask) * onehot(lo + idx)`` on
+    columns [lo, hi) is ``onehot(ids)`` there, for any fill: the term of the unmasked scatter."""
+    terms = ctx.terms
+    size = terms.shape(x.t)[1]
+    cols = x.vecs[1]
+    picked = _take_along(ctx, x, layout.materialize(terms, idx), 1)
+    delta = compute.elementwise(terms, "sub", template((v, picked), {}), [v, picked])
+    gidx = _fold_selected(ctx, idx, cols, size)
+    if gidx is None:
+        return _opaque("index_put")(ctx, x, [None, idx], v, False)
+    lo, hi = (0, size) if cols is None else (int(cols[0]), int(cols[0]) + len(cols))
+    masked = _masked_ids(ctx, idx, lo, hi)
+    aligned = terms.shape(delta.t) == terms.shape(idx.t) and all(
+        layout.same_vec(a, b) for a, b in zip(delta.vecs, idx.vecs))
+    c = _in_range_scale(terms, delta.t, masked[1], lo, hi) if masked is not None and aligned else None
+    if c is not None:
+        hot = onehot(ctx, masked[0], size)
+        hot = Val(hot.t, hot.vecs[:-1] + (cols,))
+        return compute.elementwise(terms, "add", (), [x, _scaled(ctx, hot, c)], commutative=True)
+    hot = onehot(ctx, gidx, size)
+    hot = Val(hot.t, hot.vecs[:-1] + (cols,))
+    step = compute.elementwise(terms, "mul", (), [layout.unsqueeze(terms, delta, -1), hot], commutative=True)
+    return compute.elementwise(terms, "add", (), [x, step], commutative=True)
+
+
+def _nll_backward_num(g, logp, target, weight=None, reduction=1, ignore_index=-100, total_weight=None):
+    logp = as_float(logp)
+    t = np.asarray(target, dtype=np.int64)
+    out = np.zeros_like(logp)
+    scale = -as_float(g) / (as_float(total_weight) if reduction == 1 else 1.0)
+    scale = np.broadcast_to(scale, t.shape) * (t != ignore_index)
+    np.put_along_axis(out, np.where(t != ignore_index, t, 0)[..., None], scale[..., None], axis=-1)
+    return out
+
+
+def _nll_backward_rule(ctx: RuleCtx, g, logp: Val, target: Val, weight=None, reduction=1, ignore_index=-100,
+                       total_weight=None):
+    """``-g (/ total_weight) * onehot(target)`` over the class dim (targets valid, stated)."""
+    if weight is not None:
+        raise ValueError("nll_loss_backward with class weights has no rule")
+    nd = len(logp.vecs)
+    logp = layout.materialize(ctx.terms, logp, [nd - 1])
+    scale = _div_rule(ctx, g, total_weight) if reduction == 1 else g
+    scale = _scaled(ctx, scale, -1)
+    if reduction != 0:
+        scale = layout.expand(ctx.terms, scale, shape_of(ctx.terms, target))
+    hot = onehot(ctx, target, ctx.terms.shape(logp.t)[-1])
+    return compute.elementwise(ctx.terms, "mul", (), [layout.unsqueeze(ctx.terms, scale, -1), hot],
+                               commutative=True)
+
+
+declare(T + "nll_loss_backward", numerics=_nll_backward_num, rule=_nll_backward_rule,
+        doc="nll loss backward: -g/total at each row's target (targets valid)")
+
+
+def _embedding_backward_num(g, ids, num_weights, padding_idx=-1, scale_grad_by_freq=False):
+    g = as_float(g)
+    ids = np.asarray(ids, dtype=np.int64)
+    out = np.zeros((num_weights,) + g.shape[ids.ndim:])
+    np.add.at(out, ids, g)
+    if padding_idx is not None and padding_idx >= 0:
+        out[padding_idx] = 0
+    return out
+
+
+def _unmasked_grad(ctx: RuleCtx, g: Val, ids: int, lo: int, hi: int):
+    """g's term without Megatron's zeroing of masked token rows ``where(m, 0, g)``, m the
+    mask ``ids < lo | ids >= hi`` over g's leading (token) dims; else None."""
+    terms = ctx.terms
+    t = terms[g.t]
+    if t.op != "where" or len(t.children) != 2 or t.attrs[1] != 0 or t.attrs[2] != "$":
+        return None
+    mask, inner = t.children
+    tokens = terms.shape(ids)
+    if terms.shape(inner) != t.shape or t.shape[:len(tokens)] != tokens:
+        return None
+    if not _is_outside(terms, mask, ids, lo, hi, tokens + (1,) * (len(t.shape) - len(tokens))):
+        return None
+    return Val(inner, g.vecs)
+
+
+def _embedding_backward_rule(ctx: RuleCtx, g: Val, ids: Val, num_weights, padding_idx=-1,
+                             scale_grad_by_freq=False):
+    """``dW = onehot(ids)ᵀ · g`` contracted over the token dims (a partial sum when the
+    tokens are split across ranks).
+
+    Megatron's vocab-parallel embedding backward looks up local rows ``idx = where(m, c,
+    ids - lo)`` with the masked token rows of g zeroed (m = ``ids < lo | ids >= hi``): then
+    ``onehot(idx, hi - lo)ᵀ · where(m, 0, g)`` is rows [lo, hi) of ``onehot(ids, V)ᵀ · g``
+    for every V >= hi. The table size V is taken as the even split over the world's ranks
+    (hi - lo rows each, lo a multiple of it); another table size only fails to match."""
+    if scale_grad_by_freq or (padding_idx is not None and padding_idx >= 0):
+        raise ValueError("embedding_dense_backward with padding_idx or scale_grad_by_freq has no rule")
+    terms = ctx.terms
+    k = len(ids.vecs)
+    size, rows = int(num_weights), None
+    masked = _masked_ids(ctx, ids)
+    if masked is not None and masked[3] - masked[2] == size and masked[2] % max(size, 1) == 0 \
+            and terms.shape(masked[1]) == terms.shape(ids.t):
+        local_ids, raw, lo, hi = masked
+        plain = _unmasked_grad(ctx, g, raw, lo, hi)
+        total = ctx.world_size * size
+        if plain is not None and hi <= total:
+            ids, g = local_ids, plain
+            rows = None if (lo, hi) == (0, total) else np.arange(lo, hi, dtype=np.int64)
+            size = total
+    hot = onehot(ctx, ids, size)
+    out = compute.dot(terms, hot, g, (), (), tuple(range(k)), tuple(range(k)))
+    return out if rows is None else Val(out.t, (rows,) + out.vecs[1:])
+
+
+declare(T + "embedding_dense_backward", numerics=_embedding_backward_num, rule=_embedding_backward_rule,
+        doc="embedding weight gradient: scatter-add of grad rows into table rows")

@@ -11,7 +11,8 @@ import numpy as np
 from ..algebra import compute, layout
 from ..algebra.layout import Val, shape_of
 from ..algebra.ranks import combine
-from .aten import _embedding_rule, _layer_norm_num, _rms_norm_num, _sdpa_num, _sdpa_rule
+from .aten import (_embedding_rule, _layer_norm_num, _rms_norm_num, _sdpa_num, _sdpa_rule, layer_norm_backward_num,
+                   layer_norm_backward_rule)
 from .common import as_float, template
 from .registry import RuleCtx, declare
 
@@ -37,6 +38,28 @@ def _apex_ln_rule(ctx: RuleCtx, x: Val, w: Val, b: Val, shape, eps):
 
 declare("apex.fused_layer_norm_affine_fwd", numerics=_apex_ln_num, rule=_apex_ln_rule,
         doc="Megatron/apex fused layer norm (out, mean, invvar)")
+
+
+def _stats_shape(x_shape, ndims):
+    return tuple(x_shape[:len(x_shape) - ndims]) + (1,) * ndims
+
+
+def _apex_ln_bwd_num(g, mean, invvar, x, shape, w, b, eps, *a):
+    k = _stats_shape(np.shape(x), len(shape))
+    return layer_norm_backward_num(g, x, as_float(mean).reshape(k), as_float(invvar).reshape(k), w, b, len(shape))
+
+
+def _apex_ln_bwd_rule(ctx: RuleCtx, g: Val, mean: Val, invvar: Val, x: Val, shape, w, b, eps, *a):
+    """apex ``backward_affine(grad_output, mean, invvar, input, normalized_shape, weight,
+    bias, eps)`` -> (grad_input, grad_weight, grad_bias): the statistics come flattened over
+    the rows and are viewed back to x's rows (the same terms as native_layer_norm_backward)."""
+    k = _stats_shape(shape_of(ctx.terms, x), len(shape))
+    mean, invvar = layout.reshape(ctx.terms, mean, k), layout.reshape(ctx.terms, invvar, k)
+    return layer_norm_backward_rule(ctx, g, x, mean, invvar, w, b, len(shape))
+
+
+declare("apex.fused_layer_norm_affine_bwd", numerics=_apex_ln_bwd_num, rule=_apex_ln_bwd_rule,
+        doc="Megatron/apex fused layer norm backward (grad_input, grad_weight, grad_bias)")
 
 # ------------------------------------------------------------------ logging (identity)
 
