@@ -86,6 +86,8 @@ class Relater:
         self.by_term: dict[int, list[tuple[Node, Val]]] = {}
         self._constant: dict[int, bool] = {}
         vals = [(node, v) for node in seq.nodes for v in _tensor_vals(seq_env.get(node))]
+        # name tensors by the node that is the tensor (a getitem), not by a multi-output op
+        vals.sort(key=lambda nv: isinstance(seq_env.get(nv[0]), tuple))
         for node, v in vals:
             self.by_term.setdefault(v.t, []).append((node, v))
         # Values the single-device program computes inside a fused op (the matmul inside
