@@ -12,7 +12,7 @@ import yaml
 from shardproof.engine.verify import differing_outputs, verify_graphs
 from shardproof.frontends.fx_text import load_program, parse_graph
 from shardproof.ir.graph import DistributedProgram
-from shardproof.relations.infer import load_yaml, parse_spec, resolve_inputs
+from shardproof.relations.infer import parse_spec, resolve_inputs
 from shardproof.relations.spec import parse_relation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,17 +30,23 @@ def _verify(seq, graphs, spec, outputs, examples=None):
 
 # ---------------------------------------------------------------- the real dumps
 
-def _real(spec_edit=None):
+def _relations(spec_edit=None):
+    """The relations file's inputs (with `spec_edit` applied) and expected outputs."""
+    with open(RELATIONS) as f:
+        data = yaml.safe_load(f)
+    return parse_spec({**data["inputs"], **(spec_edit or {})}), data["expect"]
+
+
+def _real(spec_edit=None, rank_texts=None):
     if not os.path.isdir(GRAPHS):
         pytest.skip(f"../shared/graphs absent: {os.path.normpath(GRAPHS)} not found")
     seq = load_program(os.path.join(GRAPHS, "paral1_layer1"), kind="fw")[0]
-    ranks = load_program(os.path.join(GRAPHS, "paral2_layer1"), kind="fw")
-    spec = load_yaml(RELATIONS)
-    if spec_edit:
-        spec.update(parse_spec(spec_edit))
-    with open(RELATIONS) as f:
-        outputs = yaml.safe_load(f)["outputs"]
-    return _verify(seq, ranks, spec, outputs)[0]
+    if rank_texts is None:
+        ranks = load_program(os.path.join(GRAPHS, "paral2_layer1"), kind="fw")
+    else:
+        ranks = [parse_graph(t, f"r{r}.py", world_size=len(rank_texts), rank=r) for r, t in enumerate(rank_texts)]
+    spec, expect = _relations(spec_edit)
+    return _verify(seq, ranks, spec, expect)[0]
 
 
 def test_real_qwen2_layer_tp2_is_verified():
@@ -60,19 +66,13 @@ def test_real_qwen2_with_plain_shard_for_fused_qkv_is_not_verified():
 def test_real_qwen2_with_a_shifted_vocab_range_on_one_rank_is_not_verified():
     if not os.path.isdir(GRAPHS):
         pytest.skip(f"../shared/graphs absent: {os.path.normpath(GRAPHS)} not found")
-    seq = load_program(os.path.join(GRAPHS, "paral1_layer1"), kind="fw")[0]
-    files = sorted(os.path.join(GRAPHS, "paral2_layer1", f) for f in os.listdir(os.path.join(GRAPHS, "paral2_layer1"))
-                   if f.startswith("fw."))
-    texts = [open(f).read() for f in files]
+    d = os.path.join(GRAPHS, "paral2_layer1")
+    texts = [open(os.path.join(d, f)).read() for f in sorted(os.listdir(d)) if f.startswith("fw.")]
     ge = "torch.ops.aten.ge.Scalar(arg0_1, "
     at = texts[1].index(ge) + len(ge)
-    lo = int(texts[1][at:texts[1].index(")", at)])
-    texts[1] = texts[1][:at] + str(lo - 1) + texts[1][texts[1].index(")", at):]  # rank 1 also takes token lo - 1
-    ranks = [parse_graph(t, f, world_size=2, rank=r) for r, (t, f) in enumerate(zip(texts, files))]
-    with open(RELATIONS) as f:
-        outputs = yaml.safe_load(f)["outputs"]
-    report = _verify(seq, ranks, load_yaml(RELATIONS), outputs)[0]
-    assert report.status != "verified"
+    end = texts[1].index(")", at)
+    texts[1] = texts[1][:at] + str(int(texts[1][at:end]) - 1) + texts[1][end:]  # rank 1 also takes token lo - 1
+    assert _real(rank_texts=texts).status != "verified"
 
 
 def test_real_qwen2_with_plain_shard_for_gate_up_is_not_verified():
