@@ -3,7 +3,9 @@
 The fused ``qkv`` Linear(h, (Hq + 2*Hkv) * d) has sections of *different* sizes [q | k | v]
 (16 query heads, 4 KV heads). Rank r holds [q_r | k_r | v_r], re-fused; when the world size
 exceeds the KV head count, KV head ``r * Hkv // W`` is replicated to the ranks that need it.
-Output projection is row-parallel + all_reduce, bias added once.
+Output projection is row-parallel + all_reduce, bias added once. The k/v heads of the fused
+term sit after all query heads: query head p attends with k/v position ``Hq + p // (Hq/Hkv)``
+of that term, a pairing each rank's heads fit.
 
     shardproof verify examples/gqa_attention.py --world-size 4
 """
@@ -17,8 +19,6 @@ from shardproof import Case
 HIDDEN, N_HEADS, N_KV_HEADS, SEQ, BATCH = 48, 16, 4, 6, 2
 HEAD_DIM = HIDDEN // N_HEADS
 Q_SIZE, KV_SIZE = N_HEADS * HEAD_DIM, N_KV_HEADS * HEAD_DIM
-KNOWN_GAP = ("grouped-query heads cut from one fused QKV projection: the engine pairs q with k/v heads by a "
-             "shift or by term-extent grouping, and here neither applies, so the verdict is unknown (never verified)")
 WORLD_SIZES = (2, 4, 8)
 
 

@@ -96,3 +96,108 @@ def test_where_masked_vocab_parallel_embedding(world):
     case = Case(single=Lookup(table), distributed=lambda r, w: WhereMaskedEmbedding(table, r, w),
                 inputs={"ids": torch.randint(0, 24, (3, 5))}, world_size=world, expect={"out": "Replicate()"})
     assert verify(case).status == "verified"
+
+
+class VllmMaskedEmbedding(nn.Module):
+    """vLLM's ``VocabParallelEmbedding``: ids masked by multiplying with the in-range mask,
+    an (empty) added-vocabulary range, and the out-of-range rows zeroed with masked_fill."""
+
+    def __init__(self, table, rank, world, shift=0):
+        super().__init__()
+        rows = table.shape[0] // world
+        self.vocab = table.shape[0]
+        self.lo, self.hi = rank * rows + shift, (rank + 1) * rows + shift
+        self.weight = nn.Parameter(table[rank * rows:(rank + 1) * rows].clone())
+
+    def forward(self, ids):
+        org = (ids >= self.lo) & (ids < self.hi)
+        added = (ids >= self.vocab) & (ids < self.vocab)
+        offset = self.lo * org + (self.vocab - (self.hi - self.lo)) * added
+        mask = org | added
+        local = mask * (ids - offset)
+        out = torch.nn.functional.embedding(local, self.weight).masked_fill(~mask.unsqueeze(-1), 0)
+        torch.distributed.all_reduce(out)
+        return out
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_vllm_masked_vocab_parallel_embedding(world):
+    table = torch.randn(24, 4)
+    case = Case(single=Lookup(table), distributed=lambda r, w: VllmMaskedEmbedding(table, r, w),
+                inputs={"ids": torch.randint(0, 24, (3, 5))}, world_size=world, expect={"out": "Replicate()"})
+    assert verify(case).status == "verified"
+
+
+def test_vllm_masked_vocab_parallel_embedding_with_shifted_ranges_is_a_violation():
+    table = torch.randn(24, 4)
+    ids = torch.arange(24).reshape(4, 6)
+    case = Case(single=Lookup(table), distributed=lambda r, w: VllmMaskedEmbedding(table, r, w, shift=r),
+                inputs={"ids": ids}, world_size=2, expect={"out": "Replicate()"})
+    assert verify(case).status == "violation"
+
+
+class FusedGateUp(nn.Module):
+    """A SwiGLU MLP whose gate and up projections are one weight [gate | up], split by chunk;
+    the parallel version holds [gate_r | up_r] (an interleaved layout) and a row block of down."""
+
+    def __init__(self, gate_up, down, rank=0, world=1, interleaved=True):
+        super().__init__()
+        ffn = gate_up.shape[0] // 2
+        gate, up = gate_up[:ffn].chunk(world, 0)[rank], gate_up[ffn:].chunk(world, 0)[rank]
+        self.gate_up = nn.Parameter(torch.cat([gate, up]) if interleaved else gate_up.chunk(world, 0)[rank].clone())
+        self.down = nn.Parameter(down.chunk(world, 1)[rank].clone())
+        self.world = world
+
+    def forward(self, x):
+        gate, up = (x @ self.gate_up.T).chunk(2, -1)
+        y = (torch.nn.functional.silu(gate) * up) @ self.down.T
+        if self.world > 1:
+            torch.distributed.all_reduce(y)
+        return y
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_fused_gate_up_halves_pair_by_offset(world):
+    gate_up, down = torch.randn(16, 6), torch.randn(6, 8)
+    case = Case(single=FusedGateUp(gate_up, down), distributed=lambda r, w: FusedGateUp(gate_up, down, r, w),
+                inputs={"x": torch.randn(3, 6)}, world_size=world, expect={"out": "Replicate()"})
+    assert verify(case).status == "verified"
+
+
+def test_fused_gate_up_sharded_plainly_is_a_violation():
+    gate_up, down = torch.randn(16, 6), torch.randn(6, 8)
+    case = Case(single=FusedGateUp(gate_up, down),
+                distributed=lambda r, w: FusedGateUp(gate_up, down, r, w, interleaved=False),
+                inputs={"x": torch.randn(3, 6)}, world_size=2, expect={"out": "Replicate()"})
+    assert verify(case).status == "violation"
+
+
+def test_elementwise_of_windows_at_different_offsets_is_exact():
+    # neighbouring columns multiplied: windows of one tensor at offsets 1 and 0, or the same
+    # columns cut from a concatenation
+    single = lambda x: x[:, 1:] * x[:, :-1]  # noqa: E731
+    assert _check(single, lambda x: torch.cat([x, x], 1)[:, 4:6] * x[:, :2]).status == "verified"
+    assert _check(single, lambda x: x[:, 1:] * x[:, 1:]).status == "violation"
+
+
+def test_mask_normal_forms():
+    from fractions import Fraction
+    from shardproof.algebra import masks  # noqa: F401  (registers the rewrites)
+    from shardproof.algebra.terms import TermStore
+    from shardproof.ops.registry import lookup
+    lookup("aten.add")  # loads every rule
+    ts = TermStore()
+    x = ts.make("input", ("x", "i64"), (), (4,))
+    ge = ts.make("ge", ("$", 5, ()), (x,), (4,))
+    lt = ts.make("lt", ("$", 5, ()), (x,), (4,))
+    empty = ts.make("and", ("$", "$", ()), (ge, lt), (4,))
+    assert masks.fill_of(ts, empty) is False
+    inside = ts.make("and", ("$", "$", ()), (ge, ts.make("lt", ("$", 9, ()), (x,), (4,))), (4,))
+    assert masks.fill_of(ts, inside) is None  # 5 <= x < 9 is not empty
+    assert ts.make("or", ("$", "$", ()), (inside, empty), (4,)) == inside
+    assert ts.make("and", ("$", "$", ()), (inside, empty), (4,)) == empty
+    zero = ts.make("scale", (Fraction(0),), (inside,), (4,))
+    assert masks.fill_of(ts, zero) == 0
+    assert ts.make("add", ("$", "$", ()), (x, zero), (4,)) == x  # x + 0*m is x
+    three = ts.make("scale", (Fraction(3),), (empty,), (4,))  # 3 * false is 0
+    assert ts.make("add", ("$", "$", ()), (x, three), (4,)) == x

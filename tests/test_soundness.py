@@ -14,7 +14,7 @@ from shardproof.engine.verify import differing_outputs, verify_graphs  # noqa: E
 from shardproof.ir.graph import DistributedProgram, Node  # noqa: E402
 
 MODELS = ["tp_mlp", "tp_attention", "gpt2_block", "llama_block", "sp_mlp", "vocab_parallel_embedding",
-          "vocab_parallel_cross_entropy", "dtensor_mlp"]
+          "vocab_parallel_cross_entropy", "dtensor_mlp", "gqa_attention"]
 
 
 def _mutants(dist: DistributedProgram):

@@ -12,7 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .layout import Val, materialize, same_vec, shape_of, truncate, unmaterialize, view_term
+from .layout import (Val, canon_vec, materialize, same_vec, shape_of, truncate, unmaterialize, vec_array, vec_key,
+                     view_term)
 from .terms import TermStore
 
 
@@ -49,8 +50,9 @@ def _aligned(terms: TermStore, vals: list[Val], full_dims: Sequence[int] = ()) -
                 terms.shape(vals[i].t)[dim_of(vals[i])] == terms.shape(ref.t)[ref_d]
                 and same_vec(vals[i].vecs[dim_of(vals[i])], ref.vecs[ref_d]) for i in carriers)
             if not agree:
-                for i in carriers:
-                    vals[i] = materialize(terms, vals[i], [dim_of(vals[i])])
+                shifted = _offset_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers])
+                for n, i in enumerate(carriers):
+                    vals[i] = shifted[n] if shifted else materialize(terms, vals[i], [dim_of(vals[i])])
                 ref = vals[carriers[0]]
                 ref_d = dim_of(ref)
             out_vecs.append(ref.vecs[ref_d])
@@ -59,6 +61,38 @@ def _aligned(terms: TermStore, vals: list[Val], full_dims: Sequence[int] = ()) -
             out_vecs.append(None)
             out_shape.append(1)
     return vals, tuple(out_vecs), tuple(out_shape)
+
+
+def _offset_aligned(terms: TermStore, vals: list[Val], dims: list[int]):
+    """Operands holding the same number of positions of equally long dims, each at a
+    constant offset from the others (the two halves of a fused gate_up projection):
+    ``f(A[v], B[v + c]) = f(A[0:L], B[c:c+L])[v]``. Each operand becomes a window of
+    its term starting at its offset above the smallest one, all of length L (the
+    longest every window allows), selected by one common vector; None if not so."""
+    sizes = {terms.shape(v.t)[d] for v, d in zip(vals, dims)}
+    if len(sizes) != 1:
+        return None
+    size = sizes.pop()
+    vecs = [vec_array(v.vecs[d], size) for v, d in zip(vals, dims)]
+    if any(len(v) != len(vecs[0]) or not len(v) for v in vecs):
+        return None
+    offs = [int(v[0] - vecs[0][0]) for v in vecs]
+    if any(not np.array_equal(v - vecs[0], np.full(len(v), o)) for v, o in zip(vecs, offs)) or len(set(offs)) < 2:
+        return None
+    low = min(offs)
+    length = size - (max(offs) - low)
+    out = []
+    for val, d, vec, o in zip(vals, dims, vecs, offs):
+        start = o - low
+        ts = list(terms.shape(val.t))
+        sel = [None] * len(ts)
+        sel[d] = np.arange(start, start + length, dtype=np.int64)
+        ts[d] = length
+        t = terms.make("gather", tuple(vec_key(x) for x in sel), (val.t,), ts)
+        vecs_out = list(val.vecs)
+        vecs_out[d] = canon_vec(vec - start, length)
+        out.append(Val(t, tuple(vecs_out)))
+    return out
 
 
 def elementwise(terms: TermStore, op: str, attrs: tuple, vals: list[Val], commutative: bool = False,

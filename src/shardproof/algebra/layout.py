@@ -322,7 +322,7 @@ def reshape(terms: TermStore, val: Val, new_shape: Sequence[int]) -> Val:
     built = [build(c) for c in combos]
     for shape, vecs in built:
         base = terms[val.t].children[0] if terms[val.t].op == "reshape" else val.t
-        if shape == ts or terms.lookup("reshape", (shape,), (base,)) is not None:
+        if shape in (ts, terms.shape(base)) or terms.lookup("reshape", (shape,), (base,)) is not None:
             return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
     shape, vecs = min(built, key=_selection_cost)  # the plainest selection: whole dims, then blocks
     return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)

@@ -31,7 +31,7 @@ def _opaque(terms: TermStore, node: Node, rank) -> object:
         t = terms.make("opaque", (node.op, node.name, rank, i), (), ty.shape)
         return full(terms, t)
     if isinstance(node.type, tuple):
-        return tuple(one(ty, i) for i, ty in enumerate(node.type))
+        return tuple(None if ty is None else one(ty, i) for i, ty in enumerate(node.type))
     if node.type is None:
         return None
     return one(node.type, 0)

@@ -245,6 +245,18 @@ def numeric_inputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inp
 
 # ---------------------------------------------------------------- verification
 
+def op_assumptions(graphs) -> list[str]:
+    """Conventions that rules of the ops these programs use rely on (stated by the ops)."""
+    from ..ops.registry import lookup
+    seen = []
+    for g in graphs:
+        for n in g.nodes:
+            opdef = lookup(n.op) if n.op not in ("input", "constant") else None
+            if opdef is not None and opdef.assumes and opdef.assumes not in seen:
+                seen.append(opdef.assumes)
+    return seen
+
+
 def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
                   expect: dict[str, Relation | None] | None = None, examples: dict | None = None,
                   name: str = "") -> Report:
@@ -254,7 +266,7 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
     seq_in, dist_in = _input_vals(terms, seq, dist, bindings)
     run = interpret(seq, dist, seq_in, dist_in, terms)
     relater = Relater(terms, seq, run.seq)
-    report = Report("unknown", world, assumptions=list(ASSUMPTIONS), name=name,
+    report = Report("unknown", world, assumptions=list(ASSUMPTIONS) + op_assumptions([seq] + dist.graphs), name=name,
                     relations={k: {"relation": str(b.relation), "of": b.seq_name, "how": b.how}
                                for k, b in bindings.items()})
     report.stats = {"nodes_seq": len(seq.nodes), "nodes_dist": sum(len(g.nodes) for g in dist.graphs),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -678,46 +679,79 @@ def _sdpa_num(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=Non
     return np.matmul(e / e.sum(-1, keepdims=True), v), lse
 
 
-def _pairing(terms, ops: list, d: int):
-    """How attention pairs q heads with k/v heads along batch/head dim `d`, as a rule
-    on term positions that both programs satisfy: ``("shift", c)`` when k/v heads are
-    q's positions shifted by c (heads cut from one fused projection), ``("group", n)``
-    when q position p uses k/v position p * n // |q| (grouped-query attention, k/v
-    repeated to q's heads). The output selects q's positions. None: no such rule."""
+def _fits(pairing: tuple, qpos: np.ndarray, pos: np.ndarray, qsize: int, size: int) -> bool:
+    """Whether k/v positions `pos` are paired with q positions `qpos` by `pairing`."""
+    kind = pairing[0]
+    if kind == "shift":
+        return size == qsize and np.array_equal(pos, qpos + pairing[1])
+    if kind == "group":
+        return size == pairing[1] and qsize % size == 0 and np.array_equal(pos, qpos * size // qsize)
+    return kind == "group_at" and np.array_equal(pos, pairing[1] + qpos // pairing[2])
+
+
+def _pairing(qpos: np.ndarray, pos: np.ndarray, qsize: int, size: int) -> tuple | None:
+    """How attention pairs q heads with one k/v operand's heads along a batch/head dim,
+    as a rule on term positions that both programs satisfy: ``("shift", c)`` when k/v
+    heads are q's positions shifted by c (heads cut from one fused projection),
+    ``("group", n)`` when q position p uses k/v position p * n // |q| (grouped-query
+    attention, k/v repeated to q's heads), ``("group_at", c, g)`` when q position p uses
+    k/v position c + p // g (grouped-query heads cut from one fused projection, the k/v
+    heads after all q heads; the smallest g that fits). None: no such rule."""
+    if len(pos) != len(qpos) or not len(pos):
+        return None
+    if size == qsize and (pos - qpos == pos[0] - qpos[0]).all():
+        return ("shift", int(pos[0] - qpos[0]))
+    if qsize % size == 0 and np.array_equal(pos, qpos * size // qsize):
+        return ("group", size)
+    order = np.argsort(qpos, kind="stable")
+    if len(np.unique(pos)) == len(pos) and len(pos) > 1 or (np.diff(pos[order]) < 0).any():
+        return None  # q heads sharing a k/v head, in order: anything else is not a grouping
+    for g in range(2, qsize + 1):
+        c = int(pos[0] - qpos[0] // g)
+        if np.array_equal(pos, c + qpos // g):
+            return ("group_at", c, g)
+    return None
+
+
+def _pairings(terms, ops: list, d: int):
+    """Per k/v operand: (pairing, q positions, its positions, q extent, its extent), or None."""
     qsize = terms.shape(ops[0].t)[d]
     qpos = layout.vec_array(ops[0].vecs[d], qsize)
     out = []
     for o in ops[1:]:
         size = terms.shape(o.t)[d]
         pos = layout.vec_array(o.vecs[d], size)
-        if len(pos) != len(qpos) or not len(pos):
+        pairing = _pairing(qpos, pos, qsize, size)
+        if pairing is None:
             return None
-        diff = pos - qpos
-        if size == qsize and (diff == diff[0]).all():
-            out.append(("shift", int(diff[0])))
-        elif qsize % size == 0 and np.array_equal(pos, qpos * size // qsize):
-            out.append(("group", size))
-        else:
-            return None
-    return tuple(out)
+        out.append((pairing, qpos, pos, qsize, size))
+    return out
+
+
+_BUILT: WeakKeyDictionary = WeakKeyDictionary()  # term store -> sdpa operands -> pairings built over them
 
 
 def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
     """Attention is exact on any common selection of the batch/head dims, and on a
-    selection of query rows unless a causal mask ties rows to absolute positions."""
+    selection of query rows unless a causal mask ties rows to absolute positions.
+
+    One program's head positions may fit several pairings (a rank holding one query
+    head fits a shift and any grouping): each is exact for the heads it holds, and a
+    pairing the other program already built over the same operands is preferred, so
+    both build the same term (as reshape prefers a split the other program built)."""
     terms = ctx.terms
     nd = len(q.vecs)
     q = layout.materialize(terms, q, [nd - 1] + ([nd - 2] if is_causal else []))
     k = layout.materialize(terms, k, [nd - 2, nd - 1])
     v = layout.materialize(terms, v, [nd - 2, nd - 1])
     ops = [q, k, v]
-    shifts = []
+    found = []
     for d in range(nd - 2):
-        pairing = _pairing(terms, ops, d)
-        if pairing is None:
+        pairings = _pairings(terms, ops, d)
+        if pairings is None:
             ops = [layout.materialize(terms, o, [d]) for o in ops]
-            pairing = _pairing(terms, ops, d)
-        shifts.append(pairing)
+            pairings = _pairings(terms, ops, d)
+        found.append(pairings)
     q, k, v = ops
     children = (q.t, k.t, v.t)
     if isinstance(attn_mask, Val):
@@ -725,7 +759,14 @@ def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=Fa
         m = layout.materialize(terms, m, [d for d in range(len(m.vecs) - 1)
                                           if not layout.same_vec(m.vecs[d], q.vecs[d + nd - len(m.vecs)])])
         children += (m.t,)
-    attrs = (freeze(dropout_p), bool(is_causal), freeze(scale), tuple(shifts))
+    base = (freeze(dropout_p), bool(is_causal), freeze(scale))
+    built = _BUILT.setdefault(terms, {}).setdefault(base + children, [])
+    shifts = next((b for b in built if all(_fits(p, *f[1:]) for dim, fs in zip(b, found) for p, f in zip(dim, fs))),
+                  None)
+    if shifts is None:
+        shifts = tuple(tuple(f[0] for f in fs) for fs in found)
+        built.append(shifts)
+    attrs = base + (shifts,)
     qs = terms.shape(q.t)
     out = Val(terms.make("sdpa", attrs + (0,), children, qs[:-1] + (terms.shape(v.t)[-1],)), q.vecs[:-1] + (None,))
     lse = Val(terms.make("sdpa", attrs + (1,), children, qs[:-1]), q.vecs[:-1])

@@ -11,7 +11,8 @@ import numpy as np
 from ..algebra import compute, layout
 from ..algebra.layout import Val, shape_of
 from ..algebra.ranks import combine
-from .aten import _layer_norm_num, _rms_norm_num, layer_norm_backward_num, layer_norm_backward_rule
+from .aten import (_embedding_rule, _layer_norm_num, _rms_norm_num, _sdpa_num, _sdpa_rule, layer_norm_backward_num,
+                   layer_norm_backward_rule)
 from .common import as_float, template
 from .registry import RuleCtx, declare
 
@@ -124,3 +125,87 @@ def _vllm_all_reduce_num(arrays, group):
 declare("vllm.all_reduce", numerics=_vllm_all_reduce_num,
         rule=lambda ctx, vals, group: [combine(ctx.terms, vals, "sum")] * len(vals),
         collective=True, doc="vLLM tensor-parallel all_reduce (sum)")
+
+
+def _rotary_num(positions=None, query=None, key=None, head_size=None, cos_sin_cache=None, is_neox=True):
+    """vLLM's ``RotaryEmbedding.forward_native``: row p of the cache is [cos | sin] for
+    position p (rot_dim = cache width, <= head_size); the first rot_dim entries of each
+    head are rotated (neox: halves; gpt-j: even/odd pairs), the rest pass through."""
+    pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+    cs = as_float(cos_sin_cache)[pos]
+    half = cs.shape[-1] // 2
+    cos, sin = cs[:, None, :half], cs[:, None, half:]
+
+    def apply(x):
+        if x is None:
+            return None
+        x = as_float(x)
+        h = x.reshape(len(pos), -1, head_size).copy()
+        rot = h[..., :2 * half]
+        x1, x2 = (rot[..., :half], rot[..., half:]) if is_neox else (rot[..., 0::2], rot[..., 1::2])
+        o1, o2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+        if is_neox:
+            h[..., :2 * half] = np.concatenate([o1, o2], -1)
+        else:
+            h[..., 0:2 * half:2], h[..., 1:2 * half:2] = o1, o2
+        return h.reshape(x.shape)
+    return None, apply(query), apply(key)
+
+
+def _rotary_rule(ctx: RuleCtx, positions=None, query=None, key=None, head_size=None, cos_sin_cache=None,
+                 is_neox=True):
+    """RoPE is exact on any selection of tokens and heads: one row-wise term over each
+    head's `head_size` entries, with the cache rows the positions pick (the same term for
+    query and key heads cut from one fused projection)."""
+    terms = ctx.terms
+    ids = layout.reshape(terms, positions, [-1])
+    cs = _embedding_rule(ctx, cos_sin_cache, ids)
+    cs = layout.unsqueeze(terms, cs, 1)
+    tokens = shape_of(terms, ids)[0]
+
+    def apply(x: Val):
+        if x is None:
+            return None
+        shape = shape_of(terms, x)
+        heads = layout.reshape(terms, x, [tokens, -1, int(head_size)])
+        out = compute.rowwise(terms, "rotary_embedding", (bool(is_neox),), [heads, cs], 1,
+                              [shape_of(terms, heads)])[0]
+        return layout.reshape(terms, out, shape)
+    return None, apply(query), apply(key)
+
+
+declare("_C.rotary_embedding", numerics=_rotary_num, rule=_rotary_rule,
+        doc="vLLM in-place rotary embedding of query and key (neox or gpt-j style)")
+
+
+def _attention_num(query=None, key=None, value=None, output=None, layer_name=None, **kw):
+    q, k, v = (np.swapaxes(as_float(a), 0, 1) for a in (query, key, value))  # [heads, tokens, head_size]
+    group = q.shape[0] // k.shape[0]
+    k, v = np.repeat(k, group, 0), np.repeat(v, group, 0)
+    return None, np.swapaxes(_sdpa_num(q, k, v, is_causal=True)[0], 0, 1)
+
+
+def _attention_rule(ctx: RuleCtx, query=None, key=None, value=None, output=None, layer_name=None, **kw):
+    """Causal attention of the tokens with each other; k/v head j serves q heads
+    [j*g, (j+1)*g) with g = |q heads| / |k/v heads| (GQA). The same term as SDPA over
+    [heads, tokens, head_size] with k/v repeated to q's heads."""
+    if len(query.vecs) != 3 or len(key.vecs) != 3 or len(value.vecs) != 3:
+        raise ValueError("attention expects query/key/value as [tokens, heads, head_size]")
+    if any(v is not None for k, v in kw.items() if k.startswith("output_")):
+        raise ValueError("quantized attention output (output_scale) has no rule")
+    terms = ctx.terms
+    nq, nk = shape_of(terms, query)[1], shape_of(terms, key)[1]
+    if nk == 0 or nq % nk:
+        raise ValueError(f"{nq} query heads do not group over {nk} key/value heads")
+    rep = np.arange(nq) // (nq // nk)
+    q, k, v = (layout.permute(terms, x, (1, 0, 2)) for x in
+               (query, layout.take(terms, key, 1, rep), layout.take(terms, value, 1, rep)))
+    out, _ = _sdpa_rule(ctx, q, k, v, is_causal=True)
+    return None, layout.permute(terms, out, (1, 0, 2))
+
+
+declare("vllm.unified_attention_with_output", numerics=_attention_num, rule=_attention_rule,
+        doc="vLLM attention into `output` (the KV cache it writes is hidden state, not modelled)",
+        assumes="vLLM attention (unified_attention_with_output): the tokens are one sequence in prefill with no "
+                "earlier KV cache, so it is causal self-attention of the given tokens, grouped-query over the "
+                "k/v heads, scale 1/sqrt(head_size), no sliding window, logit soft-cap or ALiBi")

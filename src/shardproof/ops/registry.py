@@ -37,14 +37,16 @@ class OpDef:
     collective: bool = False
     doc: str = ""
     extra: dict = field(default_factory=dict)
+    assumes: str = ""  # a convention the rule relies on, listed in every report on a program using the op
 
 
 REGISTRY: dict[str, OpDef] = {}
 
 
-def declare(names: str | tuple[str, ...], *, numerics, rule, shape=None, collective=False, doc="") -> OpDef:
+def declare(names: str | tuple[str, ...], *, numerics, rule, shape=None, collective=False, doc="",
+            assumes: str = "") -> OpDef:
     names = (names,) if isinstance(names, str) else names
-    opdef = OpDef(names[0], numerics, rule, shape, collective, doc)
+    opdef = OpDef(names[0], numerics, rule, shape, collective, doc, assumes=assumes)
     for n in names:
         REGISTRY[n] = opdef
     return opdef
@@ -65,4 +67,4 @@ def load_builtin() -> None:
     if not _loaded:
         _loaded = True
         from . import aten, collectives, frameworks  # noqa: F401  (declarations register themselves)
-        from ..algebra import lemmas  # noqa: F401  (pattern lemmas register themselves)
+        from ..algebra import lemmas, masks  # noqa: F401  (pattern lemmas register themselves)

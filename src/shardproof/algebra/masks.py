@@ -1,0 +1,165 @@
+"""Boolean masks and integer range tests: normal forms, and vLLM's form of the
+vocab-parallel lookup.
+
+Normal forms (each an identity over exact arithmetic and booleans):
+
+- ``(x >= a) & (x < b)`` with ``a >= b`` is all-false (an empty range);
+- ``m & false`` is false, ``m & true`` is ``m``; ``m | false`` is ``m``, ``m | true`` is true;
+- ``0 * x`` is zero (x real), a multiple of a constant is a constant, and constant-zero
+  parts of a linear form drop out.
+
+vLLM's ``VocabParallelEmbedding`` masks token ids as
+``inside = (ids >= lo) & (ids < hi)``, ``ids' = inside * (ids - lo * inside)`` (plus an
+"added vocabulary" range, empty unless LoRA adds tokens: the normal forms above remove
+it), looks up ``W[lo:hi]`` and zeroes the rows where ``~inside``. With the lemmas in
+:mod:`.lemmas` this is ``lookup_in`` then ``range_lookup``, and ranks whose ranges tile
+the table sum to the plain lookup.
+
+Constants built here carry their shape in the attributes (``fill(value, shape)``), so
+they never share an id with a constant of another shape.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from .lemmas import BLOCK, linear, linear_parts
+from .patterns import Const, P, V, first_match, match, through_views
+from .terms import TermStore, rewrite
+
+INSIDE = P("and", P("ge", V("ids"), _1=Const("lo")), P("lt", V("ids"), _1=Const("hi")))
+NOT_INSIDE = [p for op in ("bitwise_not", "logical_not") for p in through_views(P(op, INSIDE))]
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, Fraction, float)) and not isinstance(v, bool)
+
+
+def fill_of(terms: TermStore, t: int):
+    """The constant a fill term holds (through reshapes), else None."""
+    term = terms[t]
+    while term.op == "reshape":
+        term = terms[term.children[0]]
+    return term.attrs[0] if term.op == "fill" else None
+
+
+def make_fill(terms: TermStore, value, shape) -> int:
+    return terms.make("fill", (value, tuple(shape)), (), shape)
+
+
+# ---------------------------------------------------------------- booleans
+
+@rewrite("and")
+def _and_identities(terms, attrs, children, shape):
+    if len(children) != 2 or attrs[:2] != ("$", "$"):
+        return None
+    a, b = children
+    for x, y in ((a, b), (b, a)):
+        v = fill_of(terms, x)
+        if v is False:
+            return make_fill(terms, False, shape)
+        if v is True and terms.shape(y) == tuple(shape):
+            return y
+    ta, tb = terms[a], terms[b]
+    for lo_t, hi_t in ((ta, tb), (tb, ta)):
+        if (lo_t.op == "ge" and hi_t.op == "lt" and lo_t.children == hi_t.children and len(lo_t.children) == 1
+                and lo_t.attrs[0] == "$" and hi_t.attrs[0] == "$"
+                and _number(lo_t.attrs[1]) and _number(hi_t.attrs[1]) and lo_t.attrs[1] >= hi_t.attrs[1]):
+            return make_fill(terms, False, shape)  # lo <= x < hi with hi <= lo: never
+    return None
+
+
+@rewrite("or")
+def _or_identities(terms, attrs, children, shape):
+    if len(children) != 2 or attrs[:2] != ("$", "$"):
+        return None
+    a, b = children
+    for x, y in ((a, b), (b, a)):
+        v = fill_of(terms, x)
+        if v is True:
+            return make_fill(terms, True, shape)
+        if v is False and terms.shape(y) == tuple(shape):
+            return y
+    return None
+
+
+# ---------------------------------------------------------------- constants in linear forms
+
+@rewrite("scale")
+def _scale_by_zero(terms, attrs, children, shape):
+    """0 * x is zero (reached when the linear normal form cancels everything)."""
+    return make_fill(terms, 0, shape) if attrs[0] == 0 else None
+
+
+@rewrite("lin")
+def _constant_parts(terms, attrs, children, shape):
+    """Parts that are constants of the full shape fold into one constant; a zero one drops."""
+    parts = dict(zip(children, attrs))
+    consts = {t: c for t, c in parts.items() if terms.shape(t) == tuple(shape) and _number(_as_number(fill_of(terms, t)))}
+    if not consts or (len(consts) == 1 and _as_number(fill_of(terms, next(iter(consts)))) != 0
+                      and next(iter(consts.values())) == 1):
+        return None
+    total = sum(Fraction(_as_number(fill_of(terms, t))) * c for t, c in consts.items())
+    rest = {t: c for t, c in parts.items() if t not in consts}
+    if total != 0:
+        rest[make_fill(terms, total, shape)] = Fraction(1)
+    if not rest:
+        return make_fill(terms, 0, shape)
+    return linear(terms, rest, shape)
+
+
+def _as_number(v):
+    if isinstance(v, (bool, np.bool_)):
+        return int(v)
+    if isinstance(v, float) and not np.isfinite(v):
+        return None
+    return v
+
+
+# ---------------------------------------------------------------- vLLM vocab-parallel lookup
+
+def _masked_ids(terms: TermStore, t: int):
+    """``inside * (ids - lo * inside)`` (``inside * ids`` when lo is 0) with
+    ``inside = (ids >= lo) & (ids < hi)``: the bindings {ids, lo, hi}, else None."""
+    term = terms[t]
+    if term.op != "mul" or len(term.children) != 2:
+        return None
+    for mask, value in (term.children, term.children[::-1]):
+        env = match(terms, mask, INSIDE)
+        if env is None or not _number(env["lo"]) or not _number(env["hi"]):
+            continue
+        if env["lo"] == 0 and value == env["ids"]:
+            return env
+        if linear_parts(terms, value) == {env["ids"]: Fraction(1), mask: -Fraction(env["lo"])}:
+            return env
+    return None
+
+
+@rewrite("embedding")
+def _vllm_lookup_in_range(terms, attrs, children, shape):
+    """``embedding(W[lo:hi], inside * (ids - lo*inside))`` equals ``embedding(W, ids)``
+    wherever lo <= ids < hi (and row lo elsewhere, as the masked form of :mod:`.lemmas`)."""
+    table, ids = children
+    env = match(terms, table, BLOCK["embedding"])
+    found = env and _masked_ids(terms, ids)
+    if not found or not isinstance(found["lo"], int) or not isinstance(found["hi"], int):
+        return None
+    if not np.array_equal(np.frombuffer(env["rows"], dtype=np.int64), np.arange(found["lo"], found["hi"])):
+        return None
+    return terms.make("lookup_in", ("embedding", attrs, found["lo"], found["hi"]), (env["W"], found["ids"]), shape)
+
+
+@rewrite("where")
+def _zero_outside_inside(terms, attrs, children, shape):
+    """where(~((ids >= lo) & (ids < hi)), 0, lookup_in(W, ids, lo, hi)) is range_lookup."""
+    if len(children) != 2 or attrs[1] != 0:
+        return None
+    mask, value = children
+    inner = terms[value]
+    if inner.op != "lookup_in":
+        return None
+    _, _, lo, hi = inner.attrs
+    if first_match(terms, mask, NOT_INSIDE, {"ids": inner.children[1], "lo": lo, "hi": hi}) is None:
+        return None
+    return terms.make("range_lookup", inner.attrs, inner.children, shape)
