@@ -50,18 +50,26 @@ def make_fill(terms: TermStore, value, shape) -> int:
 
 # ---------------------------------------------------------------- booleans
 
-@rewrite("and")
-def _and_identities(terms, attrs, children, shape):
+def _with_constant(terms, attrs, children, shape, absorbing: bool):
+    """x op c for a constant mask c: the absorbing element wins, the identity drops."""
     if len(children) != 2 or attrs[:2] != ("$", "$"):
         return None
     a, b = children
     for x, y in ((a, b), (b, a)):
         v = fill_of(terms, x)
-        if v is False:
-            return make_fill(terms, False, shape)
-        if v is True and terms.shape(y) == tuple(shape):
+        if v is absorbing:
+            return make_fill(terms, absorbing, shape)
+        if v is (not absorbing) and terms.shape(y) == tuple(shape):
             return y
-    ta, tb = terms[a], terms[b]
+    return None
+
+
+@rewrite("and")
+def _and_identities(terms, attrs, children, shape):
+    done = _with_constant(terms, attrs, children, shape, absorbing=False)
+    if done is not None or len(children) != 2 or attrs[:2] != ("$", "$"):
+        return done
+    ta, tb = terms[children[0]], terms[children[1]]
     for lo_t, hi_t in ((ta, tb), (tb, ta)):
         if (lo_t.op == "ge" and hi_t.op == "lt" and lo_t.children == hi_t.children and len(lo_t.children) == 1
                 and lo_t.attrs[0] == "$" and hi_t.attrs[0] == "$"
@@ -72,16 +80,7 @@ def _and_identities(terms, attrs, children, shape):
 
 @rewrite("or")
 def _or_identities(terms, attrs, children, shape):
-    if len(children) != 2 or attrs[:2] != ("$", "$"):
-        return None
-    a, b = children
-    for x, y in ((a, b), (b, a)):
-        v = fill_of(terms, x)
-        if v is True:
-            return make_fill(terms, True, shape)
-        if v is False and terms.shape(y) == tuple(shape):
-            return y
-    return None
+    return _with_constant(terms, attrs, children, shape, absorbing=True)
 
 
 # ---------------------------------------------------------------- constants in linear forms
