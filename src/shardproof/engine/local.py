@@ -1,6 +1,6 @@
 """Local numeric evidence, for programs too large to evaluate end to end.
 
-A real dump (a 98k-entry vocabulary, 1536 tokens x 8 sequences) cannot be run in numpy,
+A real dump (a vocabulary of 100k entries times thousands of tokens) cannot be run in numpy,
 but the first broken tensor can still be shown wrong *at its op*: the proof says which
 single-device term every input of that op holds, so drawing one random value per term
 gives inputs that agree between the programs exactly as the relations say. Evaluating

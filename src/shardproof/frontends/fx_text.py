@@ -4,7 +4,7 @@ The dump is read with :mod:`ast` only: nothing in the file is executed, imported
 unpickled, and torch is not needed. The result follows the conventions of
 :func:`shardproof.frontends.torch_capture.from_fx`:
 
-* placeholders (``forward(self, primals_1: "f32[49152, 768]", ...)``, or the joint-graph
+* placeholders (``forward(self, primals_1: "f32[64, 16]", ...)``, or the joint-graph
   form ``primals_1: "f32[..]"; ...`` + ``primals_1, ... = fx_pytree.tree_flatten_spec(...)``)
   become ``input`` nodes named by the parameter, typed from the annotation;
 * ``name: "f32[..]" = torch.ops.NS.OP.OVERLOAD(args, kw=...)`` (or ``torch.ops.NS.OP(...)``)
@@ -35,7 +35,7 @@ get_attr line has none. ``lift_fresh_copy`` itself stays an ``aten.lift_fresh_co
 
 Every node's ``origin`` is the dump file and the line it was read from.
 
-Symbolic sizes (``"f32[s0, 768]"``, ``"Sym(s0)"``) must be resolved through
+Symbolic sizes (``"f32[s0, 16]"``, ``"Sym(s0)"``) must be resolved through
 ``symbols={"s0": 8}``; an unresolved symbol in a tensor type is a :class:`DumpError`.
 A ``Sym`` placeholder becomes a ``constant`` node holding the resolved int. ``Sym``
 annotations on op nodes (size computations) give type ``None``.
