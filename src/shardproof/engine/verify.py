@@ -301,13 +301,13 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
     # The rules did not prove it: look for numeric evidence of a real difference.
     try:
         differing, (s_in, s_env, d_envs) = differing_outputs(seq, dist, bindings, expect, examples, broken)
-    except Exception as exc:  # numerics unavailable (too large, unknown constants): or unknown constants: look for evidence at the broken op
-        finding = _local_finding(run, relater, seq, dist, broken, expect)
+    except Exception as exc:  # numerics unavailable (too large, unknown constants): evidence at the broken op
+        first = _localize(run, relater, seq, dist, broken)
+        finding = _local_finding(run, relater, seq, dist, broken, expect, first)
         if finding is not None:
             return finish("violation", findings=[finding], strength="local",
                           reason=f"the programs cannot be evaluated end to end ({exc}); the counterexample is "
                                  f"local: the op's inputs are proven to hold the single-device values shown")
-        first = _localize(run, relater, seq, dist, broken)
         where = f"; relations stop at node {first.node.name} (op {first.node.op})" if first else ""
         return finish("unknown", reason=f"no proof for output(s) {', '.join(broken)}{where}, and no numeric "
                                         f"evidence of a difference ({exc})")
@@ -579,14 +579,14 @@ def _reach(starts, step) -> set:
     return seen
 
 
-def _local_finding(run, relater, seq, dist, broken: list[str], expect: dict) -> Optional[Finding]:
+def _local_finding(run, relater, seq, dist, broken: list[str], expect: dict,
+                   loc: Optional[Localized]) -> Optional[Finding]:
     """A finding backed by local evidence (see ``engine.local``): at the first broken
-    tensor, or at an output proven to hold another relation than the expected one (a
-    partial sum where a replicated value was expected)."""
+    tensor (`loc`), or at an output proven to hold another relation than the expected one
+    (a partial sum where a replicated value was expected)."""
     from .diagnose import diagnose
     from .local import local_instance
     candidates = []
-    loc = _localize(run, relater, seq, dist, broken)
     status = loc.status if loc is not None else _status(run, relater, dist)
     if loc is not None and not loc.recovers:  # evidence only where the difference reaches the outputs
         ranks = loc.ranks if loc.blame is None else list(range(dist.world_size))
