@@ -26,11 +26,13 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(CASE),
 
 def _load(kind):
     from shardproof.frontends.fx_text import load_program
-    seq = load_program(os.path.join(CASE, "tp1"), kind=kind)[0]
-    dist = DistributedProgram(load_program(os.path.join(CASE, "tp2.bug"), kind=kind))
+    relations = load_yaml(YAML[kind])
+    seq = load_program(os.path.join(CASE, "tp1"), kind=kind, constants=relations.constants["seq"])[0]
+    dist = DistributedProgram(load_program(os.path.join(CASE, "tp2.bug"), kind=kind,
+                                           constants=relations.constants["dist"]))
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
-                              load_yaml(YAML[kind]).inputs, by_shape=True)
+                              relations.inputs, by_shape=True)
     return seq, dist, bindings
 
 
@@ -100,25 +102,27 @@ def test_other_gradients_relate_and_the_bug_is_not_verified():
         assert report.findings
 
 
-def test_backward_graph_alone_stops_at_the_cross_entropy_gradient():
-    """The bw graph reads Megatron's rank-local masked targets and out-of-range masks as
-    saved inputs; no input relation states them (Ignore), so the vocab-parallel
-    cross-entropy gradient -- and every gradient after it -- stays unrelated: unknown or
-    violation, never verified, and never a false relation."""
+def test_backward_graph_relates_the_saved_vocab_parallel_masks():
+    """The bw graph reads Megatron's rank-local masked targets and out-of-block masks as
+    saved inputs; stated as LocalIds/OutsideBlock of the single-device ids, the
+    cross-entropy gradient relates, and the LayerNorm weight gradient is a partial sum."""
     seq, dist, _, run, relater = _interpret("bw")
     g0 = dist.graphs[0]
     assert relater.direct(run.dist[0][_node(g0, "div")]) is not None  # softmax of the saved logits
-    assert relater.direct(run.dist[0][_node(g0, "index_put_4")]) is None
+    assert relater.direct(run.dist[0][_node(g0, "index_put_4")]) is not None  # softmax - onehot(targets)
     local = [run.dist[r][_node(g, "getitem_58")] for r, g in enumerate(dist.graphs)]
-    assert relater.partial(local) is None and relater.direct(local[0]) is None
+    assert relater.direct(local[0]) is None
+    related = relater.partial(local)
+    assert related is not None and related.partial == "sum" and related.seq_node.name == "getitem_58"
 
 
-def test_missing_layernorm_allreduce_is_a_violation_at_the_unreduced_gradient():
+@pytest.mark.parametrize("kind", ["both", "bw"])
+def test_missing_layernorm_allreduce_is_a_violation_at_the_unreduced_gradient(kind):
     """The acceptance case, end to end: the pre-MLP LayerNorm weight gradient (getitem_58,
     accumulated into add_13) must be equal on every rank; it is each rank's partial sum."""
     from shardproof.api import verify_dumps
-    report = verify_dumps(os.path.join(CASE, "tp1"), os.path.join(CASE, "tp2.bug"), relations_file=YAML["both"],
-                          auto_relations=True, expect={"add_13": "Replicate()"}, kind="both")
+    report = verify_dumps(os.path.join(CASE, "tp1"), os.path.join(CASE, "tp2.bug"), relations_file=YAML[kind],
+                          auto_relations=True, expect={"add_13": "Replicate()"}, kind=kind)
     assert report.status == "violation"
     f = report.findings[0]
     assert (f.node, f.kind, f.rank) == ("add_13", "partial-sum-never-reduced", [0, 1])

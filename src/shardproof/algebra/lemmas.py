@@ -324,11 +324,17 @@ def _fill_value(terms: TermStore, t: int):
 
 
 @rewrite("where")
-def _where_always(terms, attrs, children, shape):
-    """where(true, a, b) is a."""
-    if _fill_value(terms, children[0]) is not True or attrs[1] != "$" or terms.shape(children[1]) != tuple(shape):
+def _where_constant(terms, attrs, children, shape):
+    """where(true, a, b) is a; where(false, a, b) is b (a mask that is constant: an
+    all-true valid-index test, or a whole-range mask of a group of one)."""
+    mask = _fill_value(terms, children[0]) if attrs[0] == "$" else None
+    if not isinstance(mask, (bool, np.bool_)):
         return None
-    return children[1]
+    pick = 1 if mask else 2
+    if attrs[pick] != "$":
+        return terms.make("fill", (attrs[pick], tuple(shape)), (), shape)
+    chosen = children[attrs[:pick].count("$")]
+    return chosen if terms.shape(chosen) == tuple(shape) else None
 
 
 @rewrite("sum")

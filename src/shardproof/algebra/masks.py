@@ -91,6 +91,28 @@ def _scale_by_zero(terms, attrs, children, shape):
     return make_fill(terms, 0, shape) if attrs[0] == 0 else None
 
 
+@rewrite("add_const")
+def _shifted_constant(terms, attrs, children, shape):
+    """A constant plus c is a constant (``1 - mask`` of an all-false mask is all ones)."""
+    v = _as_number(fill_of(terms, children[0]))
+    if not _number(v) or not _number(attrs[0]) or terms.shape(children[0]) != tuple(shape):
+        return None
+    return make_fill(terms, v + attrs[0], shape)
+
+
+@rewrite("mul")
+def _times_constant(terms, attrs, children, shape):
+    """x times a constant tensor broadcast over it is an exact scaling of x."""
+    if len(children) != 2:
+        return None
+    from .compute import scale
+    for x, c in (children, children[::-1]):
+        v = _as_number(fill_of(terms, c))
+        if _number(v) and np.isfinite(float(v)) and terms.shape(x) == tuple(shape):
+            return scale(terms, x, v)
+    return None
+
+
 @rewrite("lin")
 def _constant_parts(terms, attrs, children, shape):
     """Parts that are constants of the full shape fold into one constant; a zero one drops."""

@@ -222,6 +222,21 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                            f"output {output}" if output else "the value")
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
                           for x, rel in zip(inputs, input_rels))
+    own = status[r].get(node)
+    if own is not None and own.partial == "sum":  # related, but only as a partial sum (a missing reduction)
+        where = f" at {node.source}" if node.source else ""
+        held_text = f"{own.describe()} of single-device {own.seq_node.name}"
+        want = np.asarray(s_env[own.seq_node], dtype=np.float64) if own.seq_node in s_env else None
+        for q in ranks:  # a rank whose partial differs from the whole (one may hold all of it)
+            got = np.asarray(d_envs[q][node], dtype=np.float64) if node in d_envs[q] else None
+            if want is not None and got is not None and want.shape == got.shape:
+                cex = _evidence(want, got, s_in, q, own.seq_node.name, node.name)[0] or cex
+                if cex is not None:
+                    break
+        return Finding("partial-sum-never-reduced", ranks, node.name, node.op, _src(node), expected, held_text,
+                       f"{node.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} holds only "
+                       f"{held_text} (expected {expected}); its inputs: {rels_text or 'none'}",
+                       f"all_reduce(sum) {node.name} over the group before it is used as the whole value{where}", cex)
     message = (f"{producer.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} is not related to any single-device "
                f"tensor" + (f" (expected {expected_text})" if ref_name else "") + f"; its inputs: {rels_text or 'none'}"
                + (f"; output {output} differs as a result" if output else ""))

@@ -62,3 +62,8 @@ def evaluate(seq: Graph, dist: DistributedProgram, seq_inputs: dict, dist_inputs
     runners = [_eval_node(dist_inputs[r]) for r in range(dist.world_size)]
     d = run_lockstep(dist.graphs, lambda r, n, env: runners[r](r, n, env), _eval_collective)
     return s.envs[0], d.envs
+
+
+def derive(program: Graph, inputs: dict) -> np.ndarray:
+    """The value of a small single-rank program (a derived relation's formula)."""
+    return run_lockstep([program], _eval_node(inputs), _eval_collective).envs[0][program.outputs["value"]]

@@ -90,3 +90,13 @@ def interpret(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, Val],
     evals = [_evaluator(terms, dist_inputs[r], unsupported, world, "dist") for r in range(world)]
     dist_run = run_lockstep(dist.graphs, lambda r, n, env: evals[r](r, n, env), eval_collective)
     return SymbolicRun(terms, seq_run.envs[0], dist_run.envs, unsupported, dist_run.mismatch)
+
+
+def derive(terms: TermStore, program: Graph, inputs: dict[str, Val]) -> Val:
+    """The value of a small single-rank program (a derived relation's formula) on given
+    terms, built by the same op rules as the programs, so both build the same terms."""
+    unsupported: list[Unsupported] = []
+    run = run_lockstep([program], _evaluator(terms, inputs, unsupported, 1, "seq"), None)
+    if unsupported:
+        raise ValueError(unsupported[0].reason)
+    return run.envs[0][program.outputs["value"]]

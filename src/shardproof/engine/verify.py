@@ -17,15 +17,17 @@ from typing import Optional
 import numpy as np
 
 from ..algebra.layout import Val, full, vec_array
+from ..algebra.masks import make_fill
 from ..algebra.ranks import combine
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation, relation_by_value
-from ..relations.spec import (Ignore, Partial, Relation, RelationError, Shard, Slices, chunk_bounds, held,
-                              layout_index)
+from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Partial, Relation, RelationError, Shard, Slices,
+                              chunk_bounds, held, layout_index)
 from .numeric import NumericError, check_evaluable, evaluate
+from .numeric import derive as derive_numeric
 from .result import Finding, OutputCheck, Report
-from .symbolic import SymbolicRun, interpret
+from .symbolic import SymbolicRun, derive, interpret
 
 ASSUMPTIONS = [
     "real arithmetic: floating-point rounding and summation order are not modelled",
@@ -174,6 +176,8 @@ def summarize(positions_by_rank: list[list], shape: tuple, world: int) -> str:
 def _input_vals(terms: TermStore, seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation]):
     seq_vals = {n.name: full(terms, terms.make("input", (n.name, n.type.dtype), (), n.shape)) for n in seq.inputs}
     seq_shapes = {n.name: n.shape for n in seq.inputs}
+    for name in _whole_range_masks(bindings):
+        seq_vals[name] = full(terms, make_fill(terms, False, seq_shapes[name]))
     per_rank = []
     for r, g in enumerate(dist.graphs):
         vals = {}
@@ -190,6 +194,11 @@ def _input_vals(terms: TermStore, seq: Graph, dist: DistributedProgram, bindings
                 raise RelationError(f"relation for {n.name!r} names single-device input {b.seq_name!r}, which does "
                                     f"not exist (inputs are: {', '.join(sorted(seq_vals)) or 'none'})")
             sval, sshape = seq_vals[b.seq_name], seq_shapes[b.seq_name]
+            if isinstance(b.relation, DERIVED):
+                ids = _ids_of(b)
+                formula = b.relation.derivation(seq.node(ids).type, n.type, r, dist.world_size)
+                vals[n.name] = derive(terms, formula, {"ids": seq_vals[ids]})
+                continue
             if isinstance(b.relation, Partial):
                 if tuple(n.shape) != tuple(sshape):
                     raise RelationError(f"{n.name!r} is Partial of {b.seq_name!r} but their shapes differ: "
@@ -208,6 +217,17 @@ def _input_vals(terms: TermStore, seq: Graph, dist: DistributedProgram, bindings
     return seq_vals, per_rank
 
 
+def _ids_of(b: InputRelation) -> str:
+    """The single-device ids a derived relation is a function of."""
+    return getattr(b.relation, "ids", None) or b.seq_name
+
+
+def _whole_range_masks(bindings: dict[str, InputRelation]) -> set[str]:
+    """Single-device masks that an OutsideBlock relation says cover the whole range of
+    valid ids (a group of one): they are all false."""
+    return {b.seq_name for b in bindings.values() if isinstance(b.relation, OutsideBlock) and _ids_of(b) != b.seq_name}
+
+
 def numeric_inputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
                    examples: dict | None, seed: int = 0):
     """Single-device inputs (examples, else small integers) and each rank's inputs derived
@@ -221,6 +241,11 @@ def numeric_inputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inp
             seq_in[n.name] = rng.integers(0, 2, size=n.shape)
         else:
             seq_in[n.name] = rng.integers(-2, 3, size=n.shape).astype(np.float64)
+    for b in bindings.values():  # ids of a derived relation range over all blocks
+        if isinstance(b.relation, DERIVED) and not (examples and _ids_of(b) in examples):
+            seq_in[_ids_of(b)] = rng.integers(0, b.relation.size, size=seq_in[_ids_of(b)].shape)
+    for name in _whole_range_masks(bindings):
+        seq_in[name] = np.zeros(seq_in[name].shape, dtype=bool)
     per_rank = []
     partial_splits: dict[str, list] = {}
     for r, g in enumerate(dist.graphs):
@@ -229,6 +254,9 @@ def numeric_inputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inp
             b = bindings[n.name]
             if isinstance(b.relation, Ignore):
                 vals[n.name] = rng.integers(-2, 3, size=n.shape).astype(np.float64)
+            elif isinstance(b.relation, DERIVED):
+                formula = b.relation.derivation(seq.node(_ids_of(b)).type, n.type, r, dist.world_size)
+                vals[n.name] = derive_numeric(formula, {"ids": seq_in[_ids_of(b)]})
             elif isinstance(b.relation, Partial):
                 if n.name not in partial_splits:
                     x = seq_in[b.seq_name].astype(np.float64)
@@ -496,6 +524,10 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     if not found:
         return None
     n, ranks, recovers, _ = min(found.values(), key=lambda f: (f[2], f[3]))
+    if recovers:  # everything unrelated relates again later: the break is an output held wrongly
+        wrong = _related_wrongly(dist, status, broken)
+        if wrong is not None:
+            return Localized(wrong[0], wrong[1], status, wrong[0], recovers=False)
     culprit = _misaligned_slice(n, status[ranks[0]])
     if culprit is not None:
         return Localized(culprit, ranks, status, culprit, recovers=recovers)
@@ -503,6 +535,16 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     if overlapping is not None:
         return Localized(*overlapping[:2], status, n, overlapping[2], recovers)
     return Localized(n, ranks, status, n, recovers=recovers)
+
+
+def _related_wrongly(dist: DistributedProgram, status: list, broken: list[str]):
+    """The first broken output that every rank holds in *some* relation (not the one
+    expected, e.g. a partial sum never reduced), with its ranks; else None."""
+    for o in broken:
+        nodes = [g.outputs.get(o) for g in dist.graphs]
+        if all(n is not None and status[r].get(n) is not None for r, n in enumerate(nodes)):
+            return nodes[0], list(range(len(nodes)))
+    return None
 
 
 SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select"}

@@ -32,6 +32,8 @@ the constant holds that scalar), or the source line in force made a 0-d constant
 number literal in an indexed assignment (``masked_input[input_mask] = 0``): then it is that
 number. Its type is the annotation, or that of the ``lift_fresh_copy`` reading it when the
 get_attr line has none. ``lift_fresh_copy`` itself stays an ``aten.lift_fresh_copy`` node.
+A placeholder whose value the caller supplies (a backward graph takes the forward's
+tensor constants as inputs) becomes such a constant node too.
 
 Every node's ``origin`` is the dump file and the line it was read from.
 
@@ -770,6 +772,8 @@ class _Parser:
                 n.type = n.args[0].type[n.args[1]]
         # tensor constants whose value the caller supplied (once their types are known)
         for n in self.graph.nodes:
+            if n.op == "input" and n.name in self.constants:  # a saved constant the backward takes as input
+                n.op = "constant"
             if n.op == "constant" and n.kwargs.get("value") is None and n.name in self.constants:
                 self.line = n.origin.line
                 n.kwargs["value"] = self.constant_value(n, self.constants[n.name])

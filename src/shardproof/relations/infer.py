@@ -16,7 +16,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from .spec import (Ignore, Interleaved, Relation, RelationError, Replicate, Shard, Slices, chunk_bounds, held,
+from .spec import (DERIVED, Ignore, Interleaved, Relation, RelationError, Replicate, Shard, Slices, chunk_bounds, held,
                    parse_relation)
 
 
@@ -318,9 +318,13 @@ def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[st
             todo.append(name)
             continue
         seq_name, rel = entry.seq_name or name, entry.relation
-        if not isinstance(rel, Ignore) and seq_name not in seq_shapes:
+        if seq_name not in seq_shapes and getattr(rel, "ids", None):  # a mask the single device does not have
+            seq_name = rel.ids
+        if not isinstance(rel, (Ignore, *DERIVED)) and seq_name not in seq_shapes:
             raise RelationError(f"{entry.where}: the relation for {name!r} refers to single-device input "
                                 f"{seq_name!r}, which does not exist (single-device inputs: {', '.join(seq_shapes)})")
+        if isinstance(rel, DERIVED):
+            _check_derived(entry, name, seq_name, rel, seq_shapes, [s[name] for s in rank_shapes])
         out[name] = InputRelation(name, seq_name, rel, "given")
     if todo and seq_values is not None:
         out.update(infer_by_value(seq_values, rank_values, todo))
@@ -343,6 +347,20 @@ def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[st
                             + (f": {'; '.join(why)}" if why else "")
                             + f". State one in the relations (e.g. {todo[0]}: Shard(0)) or mark it Ignore(){hint}")
     return {n: out[n] for n in names}
+
+
+def _check_derived(entry: SpecEntry, name: str, seq_name: str, rel, seq_shapes, local_shapes) -> None:
+    """Ids named by a derived relation exist and have one element per element of the
+    tensor: a mask may view them (a flattened copy of the ids), not broadcast them."""
+    ids = getattr(rel, "ids", None) or seq_name
+    if ids not in seq_shapes:
+        raise RelationError(f"{entry.where}: {rel} for {name!r} names ids {ids!r}, which are not a single-device "
+                            f"input (single-device inputs: {', '.join(seq_shapes)})")
+    count = int(np.prod(seq_shapes[ids]))
+    for shape in {tuple(s) for s in local_shapes}:
+        if int(np.prod(shape)) != count:
+            raise RelationError(f"{entry.where}: {rel} for {name!r} (shape {list(shape)}) needs one id per element, "
+                                f"but the ids {ids!r} have shape {list(seq_shapes[ids])}")
 
 
 # ---------------------------------------------------------------- outputs

@@ -13,6 +13,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..ir.graph import Graph, Node, TensorType
+
 
 class RelationError(ValueError):
     """An ill-formed or inconsistent relation (bad input, exit code 3)."""
@@ -168,8 +170,84 @@ class Ignore(Relation):
         return "Ignore()"
 
 
+@dataclass(frozen=True)
+class LocalIds(Relation):
+    """Ids local to each rank's block of a dim of `size` (vocab-parallel embeddings and
+    cross-entropy): rank r holds ``where(ids < lo_r | ids >= hi_r, 0, ids - lo_r)`` of the
+    single-device ids, with [lo_r, hi_r) its block as :class:`Shard` cuts ``range(size)``.
+    Frameworks save these masked ids for the backward, which then reads them as inputs."""
+
+    size: int
+
+    def layout(self, shape, rank, world):
+        return None
+
+    def local_shape(self, shape, rank, world):
+        return tuple(shape)
+
+    def derivation(self, ids: TensorType, out: TensorType, rank: int, world: int) -> Graph:
+        lo, _ = chunk_bounds(self.size, world, rank)
+        g, x, outside = _outside_block(ids, ids, self.size, rank, world)
+        local = _op(g, "aten.sub", (x, lo), ids)
+        g.outputs["value"] = _op(g, "aten.masked_fill", (local, outside, 0), ids)
+        return g
+
+    def __str__(self):
+        return f"LocalIds({self.size})"
+
+
+@dataclass(frozen=True)
+class OutsideBlock(Relation):
+    """The mask ``ids < lo_r | ids >= hi_r`` of the single-device ids `ids` (a single-device
+    input, default: the tensor this relation is of), viewed to this tensor's shape: true
+    where rank r's block [lo_r, hi_r) of ``range(size)`` does not own the id. When the
+    relation is of another single-device tensor than the ids, that tensor is the same mask
+    over the whole range, which valid ids never leave: all false."""
+
+    size: int
+    ids: Optional[str] = None
+
+    def layout(self, shape, rank, world):
+        return None
+
+    def local_shape(self, shape, rank, world):
+        return tuple(shape)
+
+    def derivation(self, ids: TensorType, out: TensorType, rank: int, world: int) -> Graph:
+        g, _, outside = _outside_block(ids, out, self.size, rank, world)
+        g.outputs["value"] = outside
+        return g
+
+    def __str__(self):
+        return f"OutsideBlock({self.size}" + (f", ids={self.ids!r})" if self.ids else ")")
+
+
+DERIVED = (LocalIds, OutsideBlock)
+"""Relations that state a rank's tensor as a function of single-device ids (a
+:meth:`derivation` program), not as a layout of a single-device tensor."""
+
+
+def _op(graph: Graph, op: str, args: tuple, like: TensorType, name: str = "", dtype: str | None = None) -> Node:
+    node = Node(name or f"t{len(graph.nodes)}", op, args, type=TensorType(like.shape, dtype or like.dtype))
+    graph.nodes.append(node)
+    return node
+
+
+def _outside_block(ids: TensorType, out: TensorType, size: int, rank: int, world: int):
+    """A program from input ``ids`` to the mask of ids outside rank's block (viewed to
+    `out`'s shape): the graph, the (viewed) ids node and the mask node."""
+    lo, hi = chunk_bounds(size, world, rank)
+    g = Graph(label=f"ids outside [{lo}, {hi})")
+    x = _op(g, "input", (), ids, name="ids")
+    if tuple(out.shape) != tuple(ids.shape):
+        x = _op(g, "aten.view", (x, list(out.shape)), TensorType(out.shape, ids.dtype))
+    below = _op(g, "aten.lt", (x, lo), out, dtype="b8")
+    above = _op(g, "aten.ge", (x, hi), out, dtype="b8")
+    return g, x, _op(g, "aten.bitwise_or", (below, above), out, dtype="b8")
+
+
 _NAMES = {"Replicate": Replicate, "Shard": Shard, "Partial": Partial, "Interleaved": Interleaved,
-          "Slices": Slices, "Ignore": Ignore, "repl": Replicate, "replicate": Replicate}
+          "Slices": Slices, "Ignore": Ignore, "LocalIds": LocalIds, "OutsideBlock": OutsideBlock, "repl": Replicate, "replicate": Replicate}
 
 
 def parse_relation(text) -> Relation:
@@ -187,7 +265,8 @@ def parse_relation(text) -> Relation:
         if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.func.id not in _NAMES:
             raise ValueError
         args = [ast.literal_eval(a) for a in call.args]
-        kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+        kwargs = {k.arg: k.value.id if isinstance(k.value, ast.Name) else ast.literal_eval(k.value)
+                  for k in call.keywords}  # a bare name (ids=view_26) names a tensor
         if call.func.id == "Interleaved":
             args = [args[0], tuple(args[1])] + args[2:]
             if "blocks" in kwargs:
@@ -198,4 +277,4 @@ def parse_relation(text) -> Relation:
     except Exception:
         raise RelationError(f"cannot read relation {s!r}; expected one of Replicate(), Shard(dim), "
                             f"Partial(\"sum\"), Interleaved(dim, [sizes]), Slices(dim, {{rank: (start, stop)}}), "
-                            f"Ignore()") from None
+                            f"Ignore(), LocalIds(size), OutsideBlock(size, ids=NAME)") from None
