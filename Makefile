@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench setup clean
+.PHONY: demo test test-fast bench mutants setup clean
 
 setup: $(STAMP)
 
@@ -30,5 +30,9 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/zoo.py
 
+# mutation testing over the correct zoo cases: exit 1 if a mutant survives (unsound rules)
+mutants: $(STAMP)
+	$(BIN)/shardproof mutants $(sort $(wildcard examples/*.py)) --json mutants.json
+
 clean:
-	rm -rf $(VENV) out.json
+	rm -rf $(VENV) out.json mutants.json

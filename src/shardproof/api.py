@@ -182,6 +182,22 @@ def cross_check(p: Prepared, seeds=(0, 1, 2)) -> list[str]:
     return sorted(bad)
 
 
+def mutation_test(case: Case, world_size: int | None = None, operators=None, progress: Progress = None):
+    """Capture `case` (a correct program) and judge every mutant of its distributed graphs
+    (:mod:`shardproof.engine.mutants`): killed, equivalent, unknown -- or survived, a
+    soundness bug. Returns the outcomes."""
+    from .engine.mutants import judge, mutants
+    p = prepare(case, world_size, progress=progress)
+    outcomes = []
+    for m in mutants(p.dist, operators):
+        if m.program is None:  # the mutation does not apply to this program
+            continue
+        if progress:
+            progress(f"{case.name}: {m.what}")
+        outcomes.append(judge(p.seq, m, p.bindings, p.expect, p.examples))
+    return outcomes
+
+
 def _integer_inputs(values: dict) -> dict:
     """Integer data (token ids, labels) keep their example values; floats are drawn small."""
     return {k: v for k, v in values.items() if not np.issubdtype(v.dtype, np.floating)}

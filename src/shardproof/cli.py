@@ -72,6 +72,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="import a module that declares ops (shardproof.ops.registry.declare) first; repeatable")
     v.add_argument("--json", metavar="FILE", help="also write the report as JSON ('-' for stdout only)")
     v.add_argument("--verbose", "-v", action="store_true", help="show the input relations even when verified")
+    m = sub.add_parser("mutants", help="mutation testing: inject bugs into correct cases' distributed graphs and "
+                                       "check every mutant is caught or genuinely equivalent",
+                       description="Capture each (correct) case, mutate its distributed graphs (drop, duplicate, "
+                                   "reorder or regroup a collective, change its reduce op, shift a slice, change a "
+                                   "constant, scale a tensor, swap inputs or ranks) and verify every mutant. Exit 1 "
+                                   "if a mutant survives: verified, yet numerically different (unsound rules).",
+                       epilog="example:\n  shardproof mutants examples/*.py --json mutants.json",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    m.add_argument("cases", nargs="+", metavar="CASE", help="Python case files of correct programs")
+    m.add_argument("--world-size", "-n", type=int, help="number of ranks (default: each case's)")
+    m.add_argument("--operator", action="append", default=[], metavar="NAME",
+                   help="only this mutation operator (repeatable); default: all")
+    m.add_argument("--json", metavar="FILE", help="also write every mutant's outcome as JSON ('-' for stdout only)")
     return p
 
 
@@ -190,12 +203,53 @@ def _verify(args) -> int:
     return report.exit_code
 
 
+def _mutants(args) -> int:
+    from rich.console import Console
+
+    from .api import InputError, mutation_test
+    from .engine.mutants import OPERATORS
+    from .report.mutants import mutants_json, render_mutants
+    unknown = [o for o in args.operator if o not in OPERATORS]
+    if unknown:
+        raise UsageError(f"unknown mutation operator(s) {', '.join(unknown)}; known: {', '.join(OPERATORS)}")
+    to_stdout = args.json == "-"
+    console = Console(stderr=to_stdout)
+    results = {}
+    for path in args.cases:
+        module = load_case_module(path)
+        case = module.case(args.world_size) if args.world_size else module.case()
+        name = case.name or os.path.splitext(os.path.basename(path))[0]
+        status = console.status(f"{name}: capturing", spinner="dots") if console.is_terminal else None
+        if status:
+            status.start()
+        try:
+            results[name] = mutation_test(case, args.world_size, args.operator or None,
+                                          (lambda msg: status.update(msg)) if status else None)
+        except InputError as exc:
+            raise UsageError(f"{path}: {exc}") from None
+        finally:
+            if status:
+                status.stop()
+    if not to_stdout:
+        render_mutants(results, console)
+    if args.json:
+        text = json.dumps(mutants_json(results), indent=2, default=str)
+        if to_stdout:
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    return 1 if any(o.outcome == "survived" for outs in results.values() for o in outs) else 0
+
+
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "verify":
             return _verify(args)
+        if args.command == "mutants":
+            return _mutants(args)
     except UsageError as exc:
         print("shardproof: error: " + textwrap.fill(str(exc), 100, subsequent_indent="  ", break_on_hyphens=False,
                                                     break_long_words=False), file=sys.stderr)
