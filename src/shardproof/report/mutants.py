@@ -7,8 +7,6 @@ from collections import Counter, defaultdict
 from rich.console import Console
 from rich.table import Table
 
-OUTCOMES = ("killed", "equivalent", "unknown", "unconfirmed", "survived")
-HEADERS = {"killed": "killed", "equivalent": "equiv", "unknown": "unknown", "unconfirmed": "unconf", "survived": "SURVIVED"}
 
 
 def mutants_json(results: dict[str, list]) -> dict:
@@ -19,29 +17,30 @@ def mutants_json(results: dict[str, list]) -> dict:
     return {"totals": dict(Counter(r["outcome"] for r in rows)), "mutants": rows}
 
 
+def _table(title: str, key: str, rows: dict[str, list]) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column(key, no_wrap=True, overflow="ellipsis", max_width=36)
+    for col in ("mutants", "killed", "equiv", "undecided", "SURVIVED", "s"):
+        table.add_column(col, justify="right")
+    for name, outs in rows.items():
+        c = Counter(o.outcome for o in outs)
+        survived = f"[bold red]{c['survived']}[/]" if c["survived"] else "0"
+        table.add_row(name, str(len(outs)), str(c["killed"]), str(c["equivalent"]),
+                      str(c["unknown"] + c["unconfirmed"]), survived, f"{sum(o.seconds for o in outs):.1f}")
+    return table
+
+
 def render_mutants(results: dict[str, list], console: Console | None = None) -> None:
+    """Outcomes per case, then per mutation operator; survivors named one by one."""
     console = console or Console()
-    table = Table(title="mutants", title_justify="left")
-    table.add_column("case", no_wrap=True, overflow="ellipsis", max_width=26)
-    table.add_column("operator", no_wrap=True)
-    for k in OUTCOMES:
-        table.add_column(HEADERS[k], justify="right")
-    table.add_column("s", justify="right")
-    totals: Counter = Counter()
-    for case, outcomes in results.items():
-        by_op: dict[str, Counter] = defaultdict(Counter)
-        seconds: Counter = Counter()
-        for o in outcomes:
-            by_op[o.mutant.operator][o.outcome] += 1
-            seconds[o.mutant.operator] += o.seconds
-        for op, counts in by_op.items():
-            totals.update(counts)
-            cells = [str(counts[k]) if counts[k] else "" for k in OUTCOMES]
-            if counts["survived"]:
-                cells[-1] = f"[bold red]{counts['survived']}[/]"
-            table.add_row(case, op, *cells, f"{seconds[op]:.2f}")
-    table.add_row("[bold]total[/]", f"[bold]{sum(totals.values())}[/]", *[str(totals[k]) for k in OUTCOMES], "")
-    console.print(table)
+    by_operator: dict[str, list] = defaultdict(list)
+    for outs in results.values():
+        for o in outs:
+            by_operator[o.mutant.operator].append(o)
+    every = [o for outs in results.values() for o in outs]
+    console.print(_table("mutants by case", "case", {**results, "total": every}))
+    console.print(_table("mutants by operator", "operator", dict(by_operator)))
+    totals = Counter(o.outcome for o in every)
     for case, outcomes in results.items():
         for o in outcomes:
             if o.outcome == "survived":
