@@ -23,6 +23,7 @@ from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation, relation_by_value
 from ..relations.spec import (Ignore, Partial, Relation, RelationError, Shard, Slices, chunk_bounds, held,
                               layout_index)
+from .diagnose import SLICING_OPS
 from .numeric import NumericError, check_evaluable, evaluate
 from .result import Finding, OutputCheck, Report
 from .symbolic import SymbolicRun, interpret
@@ -503,9 +504,6 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     if overlapping is not None:
         return Localized(*overlapping[:2], status, n, overlapping[2], recovers)
     return Localized(n, ranks, status, n, recovers=recovers)
-
-
-SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select"}
 
 
 def _misaligned_slice(node: Node, status: dict) -> Optional[Node]:
