@@ -290,4 +290,5 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     message = (f"{producer.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} is not related to any single-device "
                f"tensor" + (f" (expected {expected_text})" if ref_name else "") + f"; its inputs: {rels_text or 'none'}"
                + (f"; output {output} differs as a result" if output else ""))
-    return Finding(kind, ranks, node.name, node.op, _src(node), expected_text, "none", message, hint, cex)
+    return Finding(kind, ranks, node.name, node.op, _src(node), expected_text, "none", message, hint, cex,
+                   counterpart=ref_name)
