@@ -99,7 +99,8 @@ def _reduced_later(graph: Graph, node: Node, status: dict) -> bool:
             opdef = lookup(u.op)
             if opdef is not None and opdef.collective and "reduce" in u.op:
                 return True
-            others = [x for x in u.inputs if x is not n and not (status.get(x) is not None and status[x].kind == "const")]
+            others = [x for x in u.inputs
+                      if x is not n and not (status.get(x) is not None and status[x].kind == "const")]
             if not others and u not in seen:
                 seen.add(u)
                 stack.append(u)
@@ -171,14 +172,15 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
                                       f"take its own chunk{where}")
     if misread is not None:
         operand, holds, belongs = misread
-        return ("wrong-shard-offset", f"on {on_ranks}, operand {operand} of this {op} holds single-device {holds} where "
-                                      f"{belongs} belongs: check which section/shard of the (fused) tensor is passed "
-                                      f"here{where}")
+        return ("wrong-shard-offset", f"on {on_ranks}, operand {operand} of this {op} holds single-device {holds} "
+                                      f"where {belongs} belongs: check which section/shard of the (fused) tensor is "
+                                      f"passed here{where}")
     if node.op in CONTRACTIONS:
         operands = [rel for rel in input_rels if rel is not None and rel.positions is not None][-2:]
         if len(operands) == 2 and _differ(operands[0].positions[-1], operands[1].positions[-2]):
             return ("wrong-shard-offset",
-                    f"the operands of this {op} hold different blocks of the contracted dim on {on_ranks}: check which shard of each weight a rank loads{where}")
+                    f"the operands of this {op} hold different blocks of the contracted dim on {on_ranks}: "
+                    f"check which shard of each weight a rank loads{where}")
         if _contracts_sharded(operands) and node.op in BIASED:
             return ("partial-sum-never-reduced",
                     f"this {op} adds its bias to a partial sum on every rank, so the bias is counted {world} times: "
