@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench mutants setup clean
+.PHONY: demo test test-fast bench mutants setup browser clean
 
 setup: $(STAMP)
 
@@ -21,7 +21,15 @@ demo: $(STAMP)
 	-$(BIN)/shardproof verify examples/bugs/missing_allreduce.py --json out.json; \
 	  echo "(exit code $$? = violation, as expected; JSON in out.json)"
 
-test: $(STAMP)
+# Debian chromium for the HTML report's browser test (tests/test_html_report.py); a no-op when
+# installed; the test skips with a message where it cannot be installed (not root, no apt).
+browser:
+	@test -x /usr/bin/chromium || { command -v apt-get >/dev/null && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1; }; }; } || \
+	  echo "chromium could not be installed: the headless browser test will skip"
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)

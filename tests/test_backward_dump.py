@@ -125,6 +125,6 @@ def test_missing_layernorm_allreduce_is_a_violation_at_the_unreduced_gradient(ki
                           auto_relations=True, expect={"add_13": "Replicate()"}, kind=kind)
     assert report.status == "violation"
     f = report.findings[0]
-    assert (f.node, f.kind, f.rank) == ("add_13", "partial-sum-never-reduced", [0, 1])
+    assert (f.node, f.op, f.rank, f.kind) == ("add_13", "aten.add", [0, 1], "partial-sum-never-reduced")
     assert 'getitem_58: Partial("sum")' in f.message
     assert f.counterexample["single_device"] != f.counterexample["distributed"]

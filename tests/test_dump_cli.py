@@ -78,7 +78,8 @@ def test_grad_accumulation_is_a_violation_at_twice_the_loss(capsys):
     assert report["status"] == "violation" and report["outputs"][0]["name"] == "add_1"
     finding = report["findings"][0]
     # the first tensor with no single-device counterpart: each micro-batch's mean
-    assert finding["node"] == "mean" and finding["source"].endswith(":100 in my_loss")
+    assert (finding["node"], finding["op"], finding["rank"]) == ("mean", "aten.mean", [0])
+    assert finding["source"].endswith(":100 in my_loss")
     # the counterexample is the accumulated loss itself: twice the one-step loss
     cex = finding["counterexample"]
     assert cex["tensor"] == "output add_1" and "add_3" in cex["text"]
@@ -104,7 +105,8 @@ return (add,)''')})
     rel.write_text('inputs:\n  a: "Slices(0, {0: (0, 4)}) of x"\n  b: "Slices(0, {0: (4, 8)}) of x"\n')
     code, out, _ = cli(capsys, "--seq", seq, "--dist", dist, "--relations", rel, "--json", "-")
     finding = json.loads(out)["findings"][0]
-    assert code == 1 and finding["node"] == "mean" and finding["source"] == "train.py:7 in loss"
+    assert code == 1 and (finding["node"], finding["op"], finding["rank"]) == ("mean", "aten.mean", [0])
+    assert finding["source"] == "train.py:7 in loss" and finding["kind"] == "scaling-mismatch"
     cex = finding["counterexample"]
     assert cex["tensor"] == "output div" and "rank 0's add holds" in cex["text"]
     assert float(cex["distributed"]) == 2 * float(cex["single_device"]) != 0 and "output div is 2x" in finding["hint"]

@@ -53,7 +53,7 @@ def test_removed_collective_is_a_partial_sum_never_reduced(tmp_path):
     report = _verify(dist)
     assert report.status == "violation"
     f = report.findings[0]
-    assert (f.node, f.kind, f.rank) == ("sub_3", "partial-sum-never-reduced", [0, 1])
+    assert (f.node, f.op, f.rank, f.kind) == ("sub_3", "aten.sub", [0, 1], "partial-sum-never-reduced")
     assert "cross_entropy.py" in f.source and f.counterexample
 
 
@@ -63,7 +63,7 @@ def test_slice_at_the_wrong_offset_on_one_rank_is_blamed(tmp_path):
     report = _verify(dist)
     assert report.status == "violation"
     f = report.findings[0]
-    assert (f.node, f.op, f.kind, f.rank) == ("slice_4", "aten.slice", "wrong-shard-offset", [0])
+    assert (f.node, f.op, f.rank, f.kind) == ("slice_4", "aten.slice", [0], "wrong-shard-offset")
     assert "[8:776)" in f.message and f.counterexample
 
 
@@ -73,7 +73,8 @@ def test_constant_changed_on_one_rank(tmp_path):
     report = _verify(dist)
     assert report.status == "violation"
     f = report.findings[0]
-    assert (f.node, f.rank) == ("fused_layer_norm_affine_fwd_1", [1])
+    assert (f.node, f.op, f.rank, f.kind) == ("fused_layer_norm_affine_fwd_1", "apex.fused_layer_norm_affine_fwd", [1],
+                                              "rank-specific-mismatch")
     assert f.counterexample["single_device"] != f.counterexample["distributed"]
 
 

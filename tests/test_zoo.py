@@ -1,6 +1,7 @@
 """The bundled model zoo: every correct model is verified (a proof) at each of its world
 sizes and agrees numerically on random inputs; every bug is a violation whose first
-finding names the injected op and ranks; an unknown op gives unknown, never verified."""
+finding names the injected node, op and ranks and the bug class its ``meta`` states; an
+unknown op gives unknown, never verified."""
 import glob
 import importlib
 import os
@@ -51,9 +52,9 @@ def test_bug_found(module, world):
     assert report.status == "violation", report.reason
     finding = report.findings[0]
     meta = case.meta
-    assert finding.op == meta["bug_op"], finding
     want_ranks = list(range(world)) if meta["bug_ranks"] == "all" else list(meta["bug_ranks"])
-    assert finding.rank == want_ranks, finding
+    assert (finding.node, finding.op, finding.rank) == (meta["bug_node"], meta["bug_op"], want_ranks), finding
+    assert finding.kind == meta["bug"], finding
     assert finding.source, "the finding must carry the user's source line"
     assert cross_check(p), "a violation must be backed by a numeric difference"
 

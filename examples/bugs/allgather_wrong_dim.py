@@ -51,5 +51,6 @@ def case(world_size: int = 2) -> Case:
     full = MLP()
     return Case(single=full, distributed=lambda rank, world: GatherOutputMLP(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="allgather_wrong_dim",
-                meta={"bug_op": "_c10d_functional.all_gather_into_tensor", "bug_ranks": "all",
+                meta={"bug_op": "_c10d_functional.all_gather_into_tensor", "bug_node": "all_gather_into_tensor",
+                      "bug_ranks": "all",
                       "bug": "wrong-dim"})

@@ -24,4 +24,4 @@ def case(world_size: int = 2) -> Case:
     full = MLP()
     return Case(single=full, distributed=lambda rank, world: AllReduceAvg(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="allreduce_avg",
-                meta={"bug_op": "_c10d_functional.all_reduce", "bug_ranks": "all", "bug": "wrong-reduce-op"})
+                meta={"bug_op": "_c10d_functional.all_reduce", "bug_node": "all_reduce", "bug_ranks": "all", "bug": "wrong-reduce-op"})

@@ -23,4 +23,4 @@ def case(world_size: int = 2) -> Case:
     return Case(single=full, distributed=lambda rank, world: LocalHeadsScale(full, rank, world),
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="attention_scale_local_heads",
-                meta={"bug_op": "aten.mul", "bug_ranks": "all", "bug": "wrong-constant"})
+                meta={"bug_op": "aten.mul", "bug_node": "mul", "bug_ranks": "all", "bug": "scaling-mismatch"})

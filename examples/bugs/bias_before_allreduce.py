@@ -24,4 +24,4 @@ def case(world_size: int = 2) -> Case:
     full = MLP()
     return Case(single=full, distributed=lambda rank, world: BiasBeforeAllReduce(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="bias_before_allreduce",
-                meta={"bug_op": "aten.addmm", "bug_ranks": "all", "bug": "bias-added-to-partial"})
+                meta={"bug_op": "aten.addmm", "bug_node": "addmm_1", "bug_ranks": "all", "bug": "partial-sum-never-reduced"})

@@ -25,4 +25,4 @@ def case(world_size: int = 2) -> Case:
     full = MLP()
     return Case(single=full, distributed=lambda rank, world: DoubleAllReduce(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="double_allreduce",
-                meta={"bug_op": "_c10d_functional.all_reduce", "bug_ranks": "all", "bug": "reduced-twice"})
+                meta={"bug_op": "_c10d_functional.all_reduce", "bug_node": "all_reduce_1", "bug_ranks": "all", "bug": "reduced-twice"})

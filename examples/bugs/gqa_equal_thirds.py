@@ -24,5 +24,6 @@ def case(world_size: int = 2) -> Case:
     return Case(single=full, distributed=lambda rank, world: EqualThirds(full, rank, world),
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="gqa_equal_thirds",
-                meta={"bug_op": "aten._scaled_dot_product_flash_attention_for_cpu", "bug_ranks": "all",
-                      "bug": "wrong-fused-split"})
+                meta={"bug_op": "aten._scaled_dot_product_flash_attention_for_cpu",
+                      "bug_node": "_scaled_dot_product_flash_attention_for_cpu", "bug_ranks": "all",
+                      "bug": "wrong-shard-offset"})

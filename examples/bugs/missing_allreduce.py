@@ -21,4 +21,4 @@ def case(world_size: int = 2) -> Case:
     full = MLP()
     return Case(single=full, distributed=lambda rank, world: MissingAllReduce(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="missing_allreduce",
-                meta={"bug_op": "aten.add", "bug_ranks": "all", "bug": "partial-sum-never-reduced"})
+                meta={"bug_op": "aten.add", "bug_node": "add", "bug_ranks": "all", "bug": "partial-sum-never-reduced"})

@@ -32,4 +32,4 @@ def case(world_size: int = 2) -> Case:
     full = GatedOutMLP()
     return Case(single=full, distributed=lambda rank, world: NonlinearityOnPartial(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="nonlinearity_on_partial",
-                meta={"bug_op": "aten.gelu", "bug_ranks": "all", "bug": "nonlinearity-on-partial"})
+                meta={"bug_op": "aten.gelu", "bug_node": "gelu_1", "bug_ranks": "all", "bug": "nonlinearity-on-partial"})

@@ -22,4 +22,4 @@ def case(world_size: int = 2) -> Case:
     return Case(single=full, distributed=lambda rank, world: RankConstantMismatch(full, rank, world),
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="rank_constant_mismatch",
-                meta={"bug_op": "aten.add", "bug_ranks": [1], "bug": "rank-constant-mismatch"})
+                meta={"bug_op": "aten.add", "bug_node": "add", "bug_ranks": [1], "bug": "rank-specific-mismatch"})

@@ -25,4 +25,4 @@ def case(world_size: int = 2) -> Case:
     full = MLP()
     return Case(single=full, distributed=lambda rank, world: ShiftedShard(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="shifted_shard",
-                meta={"bug_op": "aten.mm", "bug_ranks": "all", "bug": "mismatched-shards"})
+                meta={"bug_op": "aten.mm", "bug_node": "mm", "bug_ranks": "all", "bug": "wrong-shard-offset"})

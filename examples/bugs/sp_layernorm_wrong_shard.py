@@ -37,4 +37,4 @@ def case(world_size: int = 2) -> Case:
     return Case(single=full, distributed=lambda rank, world: WrongShardLayerNorm(full, rank, world),
                 inputs={"x": torch.randn(SEQ, BATCH, HIDDEN)}, dist_inputs=shard_sequence,
                 world_size=world_size, name="sp_layernorm_wrong_shard",
-                meta={"bug_op": "aten.slice", "bug_ranks": list(range(1, world_size)), "bug": "wrong-shard-offset"})
+                meta={"bug_op": "aten.slice", "bug_node": "slice_2", "bug_ranks": list(range(1, world_size)), "bug": "wrong-shard-offset"})

@@ -26,4 +26,4 @@ def case(world_size: int = 2) -> Case:
     return Case(single=full, distributed=lambda rank, world: WrongSliceOffset(full, rank, world),
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="wrong_slice_offset",
-                meta={"bug_op": "aten.slice", "bug_ranks": [1], "bug": "wrong-slice-offset"})
+                meta={"bug_op": "aten.slice", "bug_node": "slice_1", "bug_ranks": [1], "bug": "wrong-shard-offset"})

@@ -13,13 +13,25 @@ import numpy as np
 
 from .case import Case
 from .engine.result import Report
-from .engine.verify import differing_outputs, verify_graphs
+from .engine.verify import ENGINE_STAGES, differing_outputs, verify_graphs
 from .frontends.fx_text import dump_kinds, load_program
 from .ir.graph import DistributedProgram, Graph
 from .relations.infer import RelationsFile, load_yaml, parse_spec, resolve_inputs, resolve_outputs
 from .relations.spec import RelationError, parse_relation
 
-Progress = Optional[Callable[[str], None]]
+Progress = Optional[Callable[[str, int, int], None]]
+"""``progress(stage, done, total)``: `done` of `total` steps are finished, `stage` is under way."""
+
+
+def _quiet(stage: str, done: int, total: int) -> None:
+    pass
+
+
+def _offset(progress: Progress, done: int, total: int) -> Progress:
+    """The engine's progress (its own steps) as steps `done`.. of `total` of the whole run."""
+    if progress is None:
+        return None
+    return lambda stage, d, t: progress(stage, done + d, total)
 
 
 class InputError(Exception):
@@ -38,14 +50,15 @@ def capture_case(case: Case, world_size: int | None = None, progress: Progress =
     except ImportError as exc:
         raise InputError(f"capturing a live PyTorch case needs torch ({exc}); install shardproof[torch]") from None
     world = world_size or case.world_size
-    say = progress or (lambda msg: None)
+    say = progress or _quiet
+    total = world + 1 + len(ENGINE_STAGES)
     try:
-        say("capturing the single-device program")
+        say("capturing the single-device program", 0, total)
         seq = tc.capture_single(case.single, case.inputs)
         seq_values = _numpy(tc.program_inputs(case.single, case.inputs))
         graphs, rank_values = [], []
         for rank in range(world):
-            say(f"capturing rank {rank} of {world}")
+            say(f"capturing rank {rank} of {world}", 1 + rank, total)
             data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
             graph, program = tc.capture_rank(case.distributed, rank, world, data)
             graphs.append(graph)
@@ -106,18 +119,19 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
     and `expect` ({distributed output: relation | "R of SEQ_NAME"}, which overrides it) pick
     the outputs and relations; by default every single-device output must be recoverable.
     `kind` (fw, bw, both) picks the graph in directories holding several."""
-    say = progress or (lambda msg: None)
+    say = progress or _quiet
+    total = 2 + len(ENGINE_STAGES)
     file = load_yaml(relations_file) if relations_file else RelationsFile()
     wanted = {**file.expect, **parse_spec(expect, source="expectations")}
     kind = kind or _dump_kind([p for p in (seq_path, dist_path) if isinstance(p, (str, os.PathLike))
                                and os.path.isdir(p)])
-    say("reading the single-device dump")
+    say("reading the single-device dump", 0, total)
     seq_graphs = load_program(seq_path, kind=kind, constants=file.constants["seq"])
     if len(seq_graphs) != 1:
         raise InputError(f"{seq_path}: the single-device program must be one graph, but {len(seq_graphs)} rank "
                          f"files were found")
     seq = seq_graphs[0]
-    say("reading the distributed dumps")
+    say("reading the distributed dumps", 1, total)
     graphs = load_program(dist_path, kind=kind, constants=file.constants["dist"])
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in graphs], file.inputs,
@@ -152,25 +166,28 @@ def _output(graph: Graph, name: str):
 
 
 def verify_case(case: Case, world_size: int | None = None, relations: dict | None = None,
-                relations_file: str | None = None, progress: Progress = None) -> Report:
-    """Capture and verify `case` (see :func:`prepare` for the options)."""
+                relations_file: str | None = None, progress: Progress = None, views: bool = False) -> Report:
+    """Capture and verify `case` (see :func:`prepare` for the options; `views`: see
+    :func:`verify_prepared`)."""
     p = prepare(case, world_size, relations, relations_file, progress)
-    if progress:
-        progress(f"verifying {p.dist.world_size} ranks")
-    return verify_prepared(p)
+    steps = p.dist.world_size + 1
+    return verify_prepared(p, views, _offset(progress, steps, steps + len(ENGINE_STAGES)))
 
 
 def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
-                 expect: dict | None = None, kind: str | None = None, progress: Progress = None) -> Report:
-    """Load and verify graph dumps (see :func:`prepare_dumps` for the options)."""
+                 expect: dict | None = None, kind: str | None = None, progress: Progress = None,
+                 views: bool = False) -> Report:
+    """Load and verify graph dumps (see :func:`prepare_dumps` for the options; `views`: see
+    :func:`verify_prepared`)."""
     p = prepare_dumps(seq_path, dist_path, relations_file, auto_relations, expect, kind, progress)
-    if progress:
-        progress(f"verifying {p.dist.world_size} ranks")
-    return verify_prepared(p)
+    return verify_prepared(p, views, _offset(progress, 2, 2 + len(ENGINE_STAGES)))
 
 
-def verify_prepared(p: Prepared) -> Report:
-    return verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name)
+def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None) -> Report:
+    """Verify; with `views` the report carries every node's relation status (``report.graphs``:
+    the single-device graph, then each rank's), which the HTML report draws."""
+    return verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name, views=views,
+                         progress=progress)
 
 
 def cross_check(p: Prepared, seeds=(0, 1, 2)) -> list[str]:
@@ -187,13 +204,12 @@ def mutation_test(case: Case, world_size: int | None = None, operators=None, pro
     (:mod:`shardproof.engine.mutants`): killed, equivalent, unknown -- or survived, a
     soundness bug. Returns the outcomes."""
     from .engine.mutants import judge, mutants
-    p = prepare(case, world_size, progress=progress)
+    say = progress or _quiet
+    p = prepare(case, world_size)
+    todo = [m for m in mutants(p.dist, operators) if m.program is not None]  # None: does not apply here
     outcomes = []
-    for m in mutants(p.dist, operators):
-        if m.program is None:  # the mutation does not apply to this program
-            continue
-        if progress:
-            progress(f"{case.name}: {m.what}")
+    for i, m in enumerate(todo):
+        say(f"{case.name}: {m.what}", i, len(todo))
         outcomes.append(judge(p.seq, m, p.bindings, p.expect, p.examples))
     return outcomes
 

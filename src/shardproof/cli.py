@@ -19,6 +19,7 @@ examples:
   shardproof verify examples/tp_mlp.py                  # exit 0: verified
   shardproof verify examples/llama_block.py --world-size 8
   shardproof verify examples/bugs/missing_allreduce.py --json out.json   # exit 1
+  shardproof verify examples/bugs/missing_allreduce.py --html report.html  # the graphs, side by side
   shardproof verify my_case.py --relations rel.yaml     # relations from a YAML file
 
   # graph dumps (print_readable() text; read, never executed):
@@ -71,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--plugin", metavar="MODULE_OR_FILE", action="append", default=[],
                    help="import a module that declares ops (shardproof.ops.registry.declare) first; repeatable")
     v.add_argument("--json", metavar="FILE", help="also write the report as JSON ('-' for stdout only)")
+    v.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page: the single-device graph "
+                                                  "beside each rank's, nodes coloured by relation, the finding marked")
     v.add_argument("--verbose", "-v", action="store_true", help="show the input relations even when verified")
     m = sub.add_parser("mutants", help="mutation testing: inject bugs into correct cases' distributed graphs and "
                                        "check every mutant is caught or genuinely equivalent",
@@ -154,10 +157,11 @@ def _check_form(args) -> None:
 
 def _run(args, progress):
     from .api import verify_case, verify_dumps
+    views = bool(args.html)
     if args.seq is not None:
         return verify_dumps(args.seq, args.dist[0] if len(args.dist) == 1 else args.dist,
                             relations_file=args.relations, auto_relations=args.auto_relations,
-                            expect=_expectations(args.expect), kind=args.kind, progress=progress)
+                            expect=_expectations(args.expect), kind=args.kind, progress=progress, views=views)
     module = load_case_module(args.case)
     try:
         case = module.case(args.world_size) if args.world_size else module.case()
@@ -165,7 +169,7 @@ def _run(args, progress):
         raise UsageError(f"case({args.world_size or ''}) in {args.case} failed: {type(exc).__name__}: {exc}") from None
     if args.world_size:
         case.world_size = args.world_size
-    return verify_case(case, relations_file=args.relations, progress=progress)
+    return verify_case(case, relations_file=args.relations, progress=progress, views=views)
 
 
 def _verify(args) -> int:
@@ -174,6 +178,7 @@ def _verify(args) -> int:
     from .api import InputError
     from .frontends.fx_text import DumpError
     from .relations.spec import RelationError
+    from .report.progress import progress_bar
     from .report.terminal import render
     _check_form(args)
     for plugin in args.plugin:
@@ -181,25 +186,23 @@ def _verify(args) -> int:
     to_stdout = args.json == "-"
     console = Console(stderr=to_stdout)
     try:
-        status = console.status("reading", spinner="dots") if console.is_terminal and not to_stdout else None
-        if status:
-            status.start()
-        try:
-            report = _run(args, (lambda msg: status.update(msg)) if status else None)
-        finally:
-            if status:
-                status.stop()
+        with progress_bar(console, enabled=not to_stdout) as progress:
+            report = _run(args, progress)
     except (InputError, RelationError, DumpError) as exc:
         raise UsageError(str(exc)) from None
     if not to_stdout:
         render(report, console, verbose=args.verbose or args.auto_relations)
+    if args.html:
+        from .report.html import render_html
+        _write(args.html, render_html(report))
+        if not to_stdout:
+            console.print(f"HTML report: {args.html}", style="dim", highlight=False, soft_wrap=True)
     if args.json:
         text = json.dumps(report.to_json(), indent=2, default=str)
         if to_stdout:
             print(text)
         else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+            _write(args.json, text + "\n")
     return report.exit_code
 
 
@@ -212,6 +215,7 @@ def _mutants(args) -> int:
     unknown = [o for o in args.operator if o not in OPERATORS]
     if unknown:
         raise UsageError(f"unknown mutation operator(s) {', '.join(unknown)}; known: {', '.join(OPERATORS)}")
+    from .report.progress import progress_bar
     to_stdout = args.json == "-"
     console = Console(stderr=to_stdout)
     results = {}
@@ -219,17 +223,11 @@ def _mutants(args) -> int:
         module = load_case_module(path)
         case = module.case(args.world_size) if args.world_size else module.case()
         name = case.name or os.path.splitext(os.path.basename(path))[0]
-        status = console.status(f"{name}: capturing", spinner="dots") if console.is_terminal else None
-        if status:
-            status.start()
         try:
-            results[name] = mutation_test(case, args.world_size, args.operator or None,
-                                          (lambda msg: status.update(msg)) if status else None)
+            with progress_bar(console, enabled=not to_stdout) as progress:
+                results[name] = mutation_test(case, args.world_size, args.operator or None, progress)
         except InputError as exc:
             raise UsageError(f"{path}: {exc}") from None
-        finally:
-            if status:
-                status.stop()
     if not to_stdout:
         render_mutants(results, console)
     if args.json:
@@ -237,9 +235,16 @@ def _mutants(args) -> int:
         if to_stdout:
             print(text)
         else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+            _write(args.json, text + "\n")
     return 1 if any(o.outcome == "survived" for outs in results.values() for o in outs) else 0
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def main(argv=None) -> int:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.graph import Node
+from ..algebra.layout import Val
+from ..ir.graph import Graph, Node
 from ..relations.spec import held
 from ..ops.registry import lookup
 from .result import Finding
 
 COLLECTIVE_PREFIX = "_c10d_functional."
 LINEAR_OPS = {"aten.add", "aten.sub", "aten.cat", "aten.stack"}
+SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select"}
 
 
 def _src(node: Node | None) -> str | None:
@@ -86,9 +88,60 @@ def _contracts_sharded(operands: list) -> bool:
         and not _differ(operands[0].positions[-1], operands[1].positions[-2])
 
 
+def _reduced_later(graph: Graph, node: Node, status: dict) -> bool:
+    """Whether `node`'s value flows into a sum across ranks through ops that read no other
+    varying tensor: the reduction is there, but after `node` instead of before it."""
+    users = graph.users()
+    seen, stack = {node}, [node]
+    while stack:
+        n = stack.pop()
+        for u in users.get(n, ()):
+            opdef = lookup(u.op)
+            if opdef is not None and opdef.collective and "reduce" in u.op:
+                return True
+            others = [x for x in u.inputs
+                      if x is not n and not (status.get(x) is not None and status[x].kind == "const")]
+            if not others and u not in seen:
+                seen.add(u)
+                stack.append(u)
+    return False
+
+
+def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list, rank: int):
+    """An operand whose elements are not elements of the tensor the single-device op reads
+    in its place (q, k or v cut from the wrong section of a fused weight, a key read where
+    the value belongs): (operand, what it holds, what belongs there), else None."""
+    from .verify import positions_in
+    if len(inputs) < 2 or node.op.startswith(COLLECTIVE_PREFIX) or any(
+            rel is None or rel.kind != "held" for rel in input_rels):
+        return None
+    got = [run.dist[rank].get(x) for x in inputs]
+
+    def inside(want: Node, dval) -> bool:
+        sval = run.seq.get(want)
+        return isinstance(sval, Val) and isinstance(dval, Val) and sval.t == dval.t and \
+            positions_in(run.terms, sval, dval) is not None
+    best = None
+    for s in seq.nodes:
+        want = [x for x in s.inputs if isinstance(run.seq.get(x), Val)]
+        if s.op != node.op or len(want) != len(got):
+            continue
+        differ = [i for i, (w, g) in enumerate(zip(want, got)) if not inside(w, g)]
+        if not differ:
+            return None
+        if len(differ) < len(got) and (best is None or len(differ) < len(best[1])):
+            best = (want, differ)
+    if best is None:
+        return None
+    i = best[1][0]
+    return inputs[i].name, input_rels[i].seq_node.name, best[0][i].name
+
+
 def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
-              ratio_of: str = "the value") -> tuple[str, str]:
+              ratio_of: str = "the value", reduced_later: bool = False, misread=None) -> tuple[str, str]:
+    """The bug class and a one-line fix hint naming the place."""
     where = f" at {node.source}" if node.source else ""
+    on_ranks = f"rank(s) {', '.join(map(str, ranks))}"
     partial_in = any(rel is not None and rel.partial == "sum" for rel in input_rels)
     op = node.op.split(".")[-1]
     if op in ("empty", "empty_like", "new_empty", "empty_strided"):
@@ -107,21 +160,34 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
             return ("partial-sum-never-reduced",
                     f"insert all_reduce(sum) over the group on the partial-sum operand before this {op}{where}"
                     " (or add the replicated operand only once, after the reduction)")
-        return ("nonlinearity-on-partial",
-                f"{op} is applied to a partial sum: all_reduce(sum) its input before the {op}{where}")
+        if reduced_later:
+            return ("nonlinearity-on-partial",
+                    f"{op} is applied to a partial sum that is all-reduced only afterwards: move the all_reduce(sum) "
+                    f"before the {op}{where}")
+        return ("partial-sum-never-reduced",
+                f"{op} reads a partial sum that is never all-reduced: insert all_reduce(sum) over the group on "
+                f"its input before this {op}{where}")
+    if node.op in SLICING_OPS:
+        return ("wrong-shard-offset", f"this {op} cuts the piece of {on_ranks} at the wrong offset: each rank must "
+                                      f"take its own chunk{where}")
+    if misread is not None:
+        operand, holds, belongs = misread
+        return ("wrong-shard-offset", f"on {on_ranks}, operand {operand} of this {op} holds single-device {holds} "
+                                      f"where {belongs} belongs: check which section/shard of the (fused) tensor is "
+                                      f"passed here{where}")
     if node.op in CONTRACTIONS:
         operands = [rel for rel in input_rels if rel is not None and rel.positions is not None][-2:]
         if len(operands) == 2 and _differ(operands[0].positions[-1], operands[1].positions[-2]):
             return ("wrong-shard-offset",
-                    f"the operands of this {op} hold different blocks of the contracted dim on rank(s) "
-                    f"{', '.join(map(str, ranks))}: check which shard of each weight a rank loads{where}")
+                    f"the operands of this {op} hold different blocks of the contracted dim on {on_ranks}: "
+                    f"check which shard of each weight a rank loads{where}")
         if _contracts_sharded(operands) and node.op in BIASED:
             return ("partial-sum-never-reduced",
                     f"this {op} adds its bias to a partial sum on every rank, so the bias is counted {world} times: "
                     f"compute without the bias, all_reduce(sum), then add the bias once{where}")
     if len(ranks) < world:
         return ("rank-specific-mismatch",
-                f"rank(s) {', '.join(map(str, ranks))} compute this differently from the others: check per-rank constants "
+                f"{on_ranks} compute this differently from the others: check per-rank constants "
                 f"and shard offsets{where}")
     if ratio is not None:
         return ("scaling-mismatch", f"{ratio_of} is {ratio:g}x the single-device value: check the scale factor{where}")
@@ -218,8 +284,9 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
         cex, ratio, output = _output_evidence(seq, dist, list(outputs), r, s_in, s_env, d_envs)
     if piece:
         ref_name, expected_text = None, "a single-device tensor"
-    kind, hint = _classify(producer, input_rels, ranks, world, ratio,
-                           f"output {output}" if output else "the value")
+    kind, hint = _classify(producer, input_rels, ranks, world, ratio, f"output {output}" if output else "the value",
+                           reduced_later=_reduced_later(dist.graphs[r], node, status[r]),
+                           misread=_misread_operand(run, seq, producer, inputs, input_rels, r))
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
                           for x, rel in zip(inputs, input_rels))
     own = status[r].get(node)
@@ -240,4 +307,5 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     message = (f"{producer.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} is not related to any single-device "
                f"tensor" + (f" (expected {expected_text})" if ref_name else "") + f"; its inputs: {rels_text or 'none'}"
                + (f"; output {output} differs as a result" if output else ""))
-    return Finding(kind, ranks, node.name, node.op, _src(node), expected_text, "none", message, hint, cex)
+    return Finding(kind, ranks, node.name, node.op, _src(node), expected_text, "none", message, hint, cex,
+                   counterpart=ref_name)

@@ -1,7 +1,7 @@
 """The verdict and its findings: the contract the CLI, JSON and HTML reports render."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -17,6 +17,30 @@ class Finding:
     message: str
     hint: str = ""
     counterexample: dict | None = None
+    counterpart: str | None = None  # the single-device tensor the finding's tensor should relate to
+
+
+@dataclass
+class NodeView:
+    """One node as the graph views draw it: `status` is related | violated | unknown |
+    unreached for a rank's node, related | violated | unmatched for a single-device node;
+    `relation` says in words what it holds (or which ranks hold it)."""
+    name: str
+    op: str
+    inputs: list[str]
+    shape: str
+    status: str
+    relation: str
+    source: str | None = None
+    code: str = ""
+    of: str | None = None  # a rank's node: the single-device tensor it relates to
+
+
+@dataclass
+class GraphView:
+    label: str  # "single-device" or "rank R"
+    nodes: list[NodeView]
+    outputs: list[str]
 
 
 @dataclass
@@ -42,12 +66,14 @@ class Report:
     reason: str = ""
     strength: str | None = None
     name: str = ""
+    graphs: list[GraphView] = field(default_factory=list)  # per-node relations, when asked for (not in JSON)
 
     @property
     def exit_code(self) -> int:
         return {"verified": 0, "violation": 1, "unknown": 2}[self.status]
 
     def to_json(self) -> dict:
-        d = asdict(self)
+        d = asdict(replace(self, graphs=[]))
+        del d["graphs"]
         d["outputs"] = [dict(asdict(o), ok=o.ok) for o in self.outputs]
         return d

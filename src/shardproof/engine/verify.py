@@ -24,6 +24,7 @@ from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation, relation_by_value
 from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Partial, Relation, RelationError, Shard, Slices,
                               chunk_bounds, held, layout_index)
+from .diagnose import SLICING_OPS
 from .numeric import NumericError, check_evaluable, evaluate
 from .numeric import derive as derive_numeric
 from .result import Finding, OutputCheck, Report
@@ -37,6 +38,8 @@ ASSUMPTIONS = [
     "class targets and token ids are valid indices (no ignore_index entries)",
 ]
 VIEW_TERMS = ("reshape", "permute")
+ENGINE_STAGES = ("interpreting both programs symbolically", "checking the outputs",
+                 "evaluating both programs numerically", "localizing the first divergence")
 VARYING_LEAVES = {"input", "ignored", "opaque", "partial_input"}
 
 # ---------------------------------------------------------------- relations of tensors
@@ -287,8 +290,16 @@ def op_assumptions(graphs) -> list[str]:
 
 def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
                   expect: dict[str, Relation | None] | None = None, examples: dict | None = None,
-                  name: str = "") -> Report:
+                  name: str = "", views: bool = False, progress=None) -> Report:
+    """The verdict on `dist` against `seq`; with `views`, the report also carries every
+    node's relation (``report.graphs``, for the HTML page). `progress(stage, done, total)`
+    hears of each of ENGINE_STAGES as it starts."""
     t0 = time.perf_counter()
+
+    def stage(i: int) -> None:
+        if progress is not None:
+            progress(ENGINE_STAGES[i], i, len(ENGINE_STAGES))
+    stage(0)
     world = dist.world_size
     terms = TermStore()
     seq_in, dist_in = _input_vals(terms, seq, dist, bindings)
@@ -300,6 +311,7 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
     report.stats = {"nodes_seq": len(seq.nodes), "nodes_dist": sum(len(g.nodes) for g in dist.graphs),
                     "terms": len(terms.terms)}
     expect = expect or {}
+    stage(1)
     checks, broken = _check_outputs(run, relater, seq, dist, expect)
     report.outputs = checks
 
@@ -307,6 +319,9 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
         report.status = status
         for k, v in kw.items():
             setattr(report, k, v)
+        if views:
+            from .views import graph_views
+            report.graphs = graph_views(run, seq, dist, _status(run, relater, dist), report.findings)
         report.stats["seconds"] = round(time.perf_counter() - t0, 4)
         return report
 
@@ -327,9 +342,11 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
         return finish("verified", strength="proof")
 
     # The rules did not prove it: look for numeric evidence of a real difference.
+    stage(2)
     try:
         differing, (s_in, s_env, d_envs) = differing_outputs(seq, dist, bindings, expect, examples, broken)
     except Exception as exc:  # numerics unavailable (too large, unknown constants): evidence at the broken op
+        stage(3)
         first = _localize(run, relater, seq, dist, broken)
         finding = _local_finding(run, relater, seq, dist, broken, expect, first)
         if finding is not None:
@@ -344,6 +361,7 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
         where = f" (relations stop at node {first.node.name}, op {first.node.op})" if first else ""
         return finish("unknown", reason=f"could not prove output(s) {', '.join(broken)}{where}; a numeric test on "
                                         f"random inputs shows no difference, so this may be a missing lemma")
+    stage(3)
     report.findings = _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs)
     return finish("violation")
 
@@ -545,9 +563,6 @@ def _related_wrongly(dist: DistributedProgram, status: list, broken: list[str]):
         if all(n is not None and status[r].get(n) is not None for r, n in enumerate(nodes)):
             return nodes[0], list(range(len(nodes)))
     return None
-
-
-SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select"}
 
 
 def _misaligned_slice(node: Node, status: dict) -> Optional[Node]:
