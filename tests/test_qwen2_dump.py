@@ -247,13 +247,18 @@ def test_small_qwen2_dump_multi_query():
     assert report.status == "verified", report.reason
 
 
-@pytest.mark.parametrize("bug,op", [("key_reads_query", "vllm.unified_attention_with_output"), ("vocab_range", None),
-                                    ("missing_all_reduce", None)])
-def test_small_qwen2_dump_bugs_are_violations(bug, op):
+@pytest.mark.parametrize("bug,node,op,ranks,kind", [
+    ("key_reads_query", "attn0", "vllm.unified_attention_with_output", [1], "wrong-shard-offset"),
+    # rank 1's vocabulary mask is off by one; the first op of the mask is blamed, but on every
+    # rank: the masks are rank-local on all ranks and no later tensor relates again
+    ("vocab_range", "ge", "aten.ge", [0, 1], "value-mismatch"),
+    ("missing_all_reduce", "ln2_af0", "_C.fused_add_rms_norm", [0, 1], "partial-sum-never-reduced"),
+])
+def test_small_qwen2_dump_bugs_are_violations(bug, node, op, ranks, kind):
     report, _ = verify_small(Config(), 2, bug)
     assert report.status == "violation", report.reason
-    if op:
-        assert report.findings[0].op == op and report.findings[0].rank == [1]
+    f = report.findings[0]
+    assert (f.node, f.op, f.rank, f.kind) == (node, op, ranks, kind)
 
 
 @pytest.mark.parametrize("edit", [{"qkv_*": "Shard(0)"}, {"gate_up*": "Shard(0)"}])

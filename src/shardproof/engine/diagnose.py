@@ -113,11 +113,14 @@ def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list
     the value belongs): (operand, what it holds, what belongs there), else None."""
     from .verify import positions_in
     if len(inputs) < 2 or node.op.startswith(COLLECTIVE_PREFIX) or any(
-            rel is None or rel.kind != "held" for rel in input_rels):
+            rel is None or rel.kind not in ("held", "const") for rel in input_rels):
         return None
     got = [run.dist[rank].get(x) for x in inputs]
+    buffers = {id(g) for g, rel in zip(got, input_rels) if rel.kind == "const"}  # output buffers, constants
 
     def inside(want: Node, dval) -> bool:
+        if id(dval) in buffers:
+            return True
         sval = run.seq.get(want)
         return isinstance(sval, Val) and isinstance(dval, Val) and sval.t == dval.t and \
             positions_in(run.terms, sval, dval) is not None

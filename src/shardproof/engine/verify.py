@@ -524,6 +524,10 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     """The first distributed tensors (with their ranks) whose relation breaks."""
     status = _status(run, relater, dist)
     found: dict[str, tuple[Node, list[int], bool, int]] = {}
+    # a tensor every rank relates to the single-device program (not a constant: one rank's
+    # offset may be 0): where a legitimate rank-local intermediate's dataflow relates again
+    names = set.intersection(*({n.name for n, rel in st.items() if rel is not None and rel.kind != "const"}
+                               for st in status))
     for r, g in enumerate(dist.graphs):
         users = g.users()
         targets = [g.outputs[o] for o in broken if o in g.outputs]
@@ -533,7 +537,7 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
                 continue
             if not all(status[r].get(x) is not None for x in n.inputs if x in status[r]):
                 continue
-            recovers = any(status[r].get(d) is not None for d in _reach([n], lambda m: users[m]) if d is not n)
+            recovers = any(d.name in names for d in _reach([n], lambda m: users[m]) if d is not n)
             key = n.name
             if key in found:
                 found[key][1].append(r)
