@@ -16,9 +16,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/shardproof verify examples/tp_mlp.py
-	$(BIN)/shardproof verify examples/llama_block.py --world-size 4
-	-$(BIN)/shardproof verify examples/bugs/missing_allreduce.py --json out.json; \
+	$(BIN)/shardproof verify src/shardproof/zoo/tp_mlp.py
+	$(BIN)/shardproof verify src/shardproof/zoo/llama_block.py --world-size 4
+	-$(BIN)/shardproof verify src/shardproof/zoo/bugs/missing_allreduce.py --json out.json; \
 	  echo "(exit code $$? = violation, as expected; JSON in out.json)"
 
 # Debian chromium for the HTML report's browser test (tests/test_html_report.py); a no-op when
@@ -40,7 +40,7 @@ bench: $(STAMP)
 
 # mutation testing over the correct zoo cases: exit 1 if a mutant survives (unsound rules)
 mutants: $(STAMP)
-	$(BIN)/shardproof mutants $(sort $(wildcard examples/*.py)) --json mutants.json
+	$(BIN)/shardproof mutants $(sort $(wildcard src/shardproof/zoo/[!_]*.py)) --json mutants.json
 
 clean:
 	rm -rf $(VENV) out.json mutants.json

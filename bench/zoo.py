@@ -8,7 +8,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "examples"), os.path.join(ROOT, "examples", "bugs")]
+ZOO = os.path.join(ROOT, "src", "shardproof", "zoo")
+sys.path[:0] = [ZOO, os.path.join(ZOO, "bugs")]
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -33,7 +34,7 @@ def main() -> None:
     table = Table(title="shardproof zoo benchmark (seconds)")
     for col in ("case", "TP", "verdict", "capture s", "verify s", "total s", "dist nodes"):
         table.add_column(col, justify="right" if col != "case" else "left")
-    for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.py"))):
+    for path in sorted(glob.glob(os.path.join(ZOO, "[!_]*.py"))):
         name = os.path.splitext(os.path.basename(path))[0]
         module = importlib.import_module(name)
         for w in WORLDS:

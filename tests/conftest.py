@@ -2,7 +2,7 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLES = os.path.join(ROOT, "examples")
-for d in (EXAMPLES, os.path.join(EXAMPLES, "bugs")):
+ZOO = os.path.join(ROOT, "src", "shardproof", "zoo")
+for d in (ZOO, os.path.join(ZOO, "bugs")):  # case files import their siblings
     if d not in sys.path:
         sys.path.insert(0, d)

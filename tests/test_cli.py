@@ -13,14 +13,14 @@ def run(*args, cwd=ROOT):
 
 
 def test_verified_exit_0():
-    p = run("verify", "examples/tp_mlp.py")
+    p = run("verify", "src/shardproof/zoo/tp_mlp.py")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "VERIFIED" in p.stdout
 
 
 def test_violation_json(tmp_path):
     out = tmp_path / "out.json"
-    p = run("verify", "examples/bugs/missing_allreduce.py", "--json", str(out))
+    p = run("verify", "src/shardproof/zoo/bugs/missing_allreduce.py", "--json", str(out))
     assert p.returncode == 1, p.stdout + p.stderr
     report = json.loads(out.read_text())
     assert report["status"] == "violation"
@@ -65,20 +65,20 @@ def test_relation_naming_missing_tensor_exit_3():
 def test_bad_relations_yaml_exit_3(tmp_path):
     f = tmp_path / "rel.yaml"
     f.write_text("inputs:\n  fc1.weight: Shard(\n")
-    p = run("verify", "examples/tp_mlp.py", "--relations", str(f))
+    p = run("verify", "src/shardproof/zoo/tp_mlp.py", "--relations", str(f))
     assert p.returncode == 3 and "cannot read relation" in " ".join(p.stderr.split()), p.stderr
 
 
 def test_unknown_op_exit_2():
-    p = run("verify", "examples/bugs/unknown_op.py")
+    p = run("verify", "src/shardproof/zoo/bugs/unknown_op.py")
     assert p.returncode == 2 and "aten.cumsum" in p.stdout
 
 
 def test_relations_file_expect_section_for_a_case(tmp_path):
     f = tmp_path / "rel.yaml"
     f.write_text("expect:\n  out: Shard(0)\n")  # tp_mlp's output is replicated, not sharded
-    p = run("verify", "examples/tp_mlp.py", "--relations", str(f))
+    p = run("verify", "src/shardproof/zoo/tp_mlp.py", "--relations", str(f))
     assert p.returncode == 1 and "Shard(0)" in p.stdout, p.stdout + p.stderr
     f.write_text("constants:\n  c: 1\n")
-    p = run("verify", "examples/tp_mlp.py", "--relations", str(f))
+    p = run("verify", "src/shardproof/zoo/tp_mlp.py", "--relations", str(f))
     assert p.returncode == 3 and "are for graph dumps" in " ".join(p.stderr.split()), p.stderr

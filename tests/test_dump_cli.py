@@ -243,10 +243,10 @@ def test_single_device_side_must_be_one_rank(capsys, row_parallel):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["examples/tp_mlp.py", "--seq", "a", "--dist", "b"], "not both"),
+    (["src/shardproof/zoo/tp_mlp.py", "--seq", "a", "--dist", "b"], "not both"),
     (["--seq", "a"], "need both --seq"),
     (["--seq", "a", "--dist", "b", "--world-size", "2"], "--world-size applies to case files"),
-    (["examples/tp_mlp.py", "--auto-relations"], "apply to graph dumps"),
+    (["src/shardproof/zoo/tp_mlp.py", "--auto-relations"], "apply to graph dumps"),
     (["--seq", "a", "--dist", "b", "--expect", "mm"], "expected NAME=RELATION"),
     (["--seq", "a", "--dist", "b", "--plugin", "no_such_plugin_module"], "plugin no_such_plugin_module failed"),
     (["--no-such-flag"], "unrecognized arguments"),

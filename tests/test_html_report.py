@@ -91,7 +91,7 @@ def test_html_is_self_contained_with_both_graphs_and_the_finding(dumps, tmp_path
 def test_html_of_a_case_file(tmp_path):
     pytest.importorskip("torch", reason="live capture needs the torch extra")
     out = tmp_path / "tp_mlp.html"
-    assert main(["verify", os.path.join(ROOT, "examples", "tp_mlp.py"), "--html", str(out)]) == 0
+    assert main(["verify", os.path.join(ROOT, "src", "shardproof", "zoo", "tp_mlp.py"), "--html", str(out)]) == 0
     page = out.read_text()
     assert page.count("<svg") == 3 and "VERIFIED" in page and 'class="node s-violated' not in page
 

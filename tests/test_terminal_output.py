@@ -75,10 +75,10 @@ def _cli(*args):
 
 def test_piped_output_is_clean():
     pytest.importorskip("torch", reason="live capture needs the torch extra")
-    done = _cli("examples/bugs/missing_allreduce.py")
+    done = _cli("src/shardproof/zoo/bugs/missing_allreduce.py")
     assert done.returncode == 1 and done.stderr == ""
     assert done.stdout.startswith("VIOLATION  missing_allreduce") and "\x1b" not in done.stdout
     assert "capturing" not in done.stdout and "\r" not in done.stdout
-    done = _cli("examples/tp_mlp.py", "--json", "-")
+    done = _cli("src/shardproof/zoo/tp_mlp.py", "--json", "-")
     assert done.returncode == 0 and done.stderr == ""
     assert json.loads(done.stdout)["status"] == "verified"

@@ -2,24 +2,27 @@
 sizes and agrees numerically on random inputs; every bug is a violation whose first
 finding names the injected node, op and ranks and the bug class its ``meta`` states; an
 unknown op gives unknown, never verified."""
-import glob
 import importlib
 import os
 
 import pytest
 
-from conftest import EXAMPLES
+from conftest import ZOO
 
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
 
-from shardproof.api import cross_check, prepare, verify_prepared  # noqa: E402
+from shardproof.api import cross_check, prepare, run_zoo_case, verify_prepared  # noqa: E402
+from shardproof.zoo import catalogue, entry_name  # noqa: E402
 
 FAST_WORLDS = (2, 4)
 
 
 def _cases(folder):
+    """(module, world size) for each case file directly in `folder`, at each of its WORLD_SIZES."""
     out = []
-    for path in sorted(glob.glob(os.path.join(folder, "*.py"))):
+    for path in catalogue(folder):
+        if os.path.dirname(path) != folder:
+            continue
         name = os.path.splitext(os.path.basename(path))[0]
         module = importlib.import_module(name)
         for w in getattr(module, "WORLD_SIZES", (2,)):
@@ -28,7 +31,7 @@ def _cases(folder):
     return out
 
 
-@pytest.mark.parametrize("module,world", _cases(EXAMPLES))
+@pytest.mark.parametrize("module,world", _cases(ZOO))
 def test_model_verified(module, world):
     p = prepare(module.case(world), world)
     report = verify_prepared(p)
@@ -41,7 +44,7 @@ def test_model_verified(module, world):
     assert cross_check(p) == [], "proved equal but numerically different: an unsound rule"
 
 
-BUGS = [c for c in _cases(os.path.join(EXAMPLES, "bugs")) if "unknown_op" not in c.values[0].__name__]
+BUGS = [c for c in _cases(os.path.join(ZOO, "bugs")) if "unknown_op" not in c.values[0].__name__]
 
 
 @pytest.mark.parametrize("module,world", BUGS)
@@ -65,3 +68,13 @@ def test_unknown_op_is_unknown_not_verified():
     report = verify_prepared(prepare(case, 2))
     assert report.status == "unknown"
     assert case.meta["unknown_op"] in report.reason
+
+
+def test_zoo_command_judges_every_case_against_its_meta():
+    """`shardproof zoo` runs the catalogue: every case as its meta expects, bugs located."""
+    results = [run_zoo_case(importlib.import_module(os.path.splitext(os.path.basename(p))[0]).case(), entry_name(p))
+               for p in catalogue(ZOO)]
+    assert [r.name for r in results if not r.ok] == []
+    bugs = [r for r in results if r.expected.verdict == "violation"]
+    assert len(bugs) >= 13 and all(r.located for r in bugs)
+    assert all(r.source for r in results), "every zoo case names its source"

@@ -214,6 +214,24 @@ def mutation_test(case: Case, world_size: int | None = None, operators=None, pro
     return outcomes
 
 
+def run_zoo_case(case: Case, name: str, progress: Progress = None):
+    """Verify one zoo case at its world size and judge the verdict against its ``meta``
+    (:mod:`shardproof.zoo`); pending cases are not run."""
+    import time
+
+    from .zoo import ZooResult, expectation, judge
+    result = ZooResult(name, case.meta.get("source", ""), case.world_size, expectation(case.meta, case.world_size))
+    if result.expected.verdict == "pending":
+        return result
+    t0 = time.perf_counter()
+    try:
+        judge(result, verify_case(case, progress=progress))
+    except InputError as exc:
+        result.verdict, result.error = "error", str(exc)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
 def _integer_inputs(values: dict) -> dict:
     """Integer data (token ids, labels) keep their example values; floats are drawn small."""
     return {k: v for k, v in values.items() if not np.issubdtype(v.dtype, np.floating)}

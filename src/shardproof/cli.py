@@ -16,10 +16,10 @@ EXIT_INPUT = 3
 
 EPILOG = """\
 examples:
-  shardproof verify examples/tp_mlp.py                  # exit 0: verified
-  shardproof verify examples/llama_block.py --world-size 8
-  shardproof verify examples/bugs/missing_allreduce.py --json out.json   # exit 1
-  shardproof verify examples/bugs/missing_allreduce.py --html report.html  # the graphs, side by side
+  shardproof verify src/shardproof/zoo/tp_mlp.py                  # exit 0: verified
+  shardproof verify src/shardproof/zoo/llama_block.py --world-size 8
+  shardproof verify src/shardproof/zoo/bugs/missing_allreduce.py --json out.json   # exit 1
+  shardproof verify src/shardproof/zoo/bugs/missing_allreduce.py --html report.html  # the graphs, side by side
   shardproof verify my_case.py --relations rel.yaml     # relations from a YAML file
 
   # graph dumps (print_readable() text; read, never executed):
@@ -75,6 +75,16 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page: the single-device graph "
                                                   "beside each rank's, nodes coloured by relation, the finding marked")
     v.add_argument("--verbose", "-v", action="store_true", help="show the input relations even when verified")
+    z = sub.add_parser("zoo", help="run the bundled catalogue of correct models and injected bugs",
+                       description="Verify every case of the zoo (src/shardproof/zoo: correct models, injected bugs, "
+                                   "gaps) and compare each verdict and first finding with what the case's meta "
+                                   "expects. Exit 1 if any case is not as expected.",
+                       epilog="examples:\n  shardproof zoo --list\n  shardproof zoo -k bugs/\n"
+                              "  shardproof zoo -k '*attention*' --json zoo.json",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    z.add_argument("-k", dest="pattern", metavar="PATTERN", help="only cases whose name contains or matches PATTERN")
+    z.add_argument("--list", action="store_true", help="list the cases, their source and expectation; run nothing")
+    z.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-' for stdout only)")
     m = sub.add_parser("mutants", help="mutation testing: inject bugs into correct cases' distributed graphs and "
                                        "check every mutant is caught or genuinely equivalent",
                        description="Capture each (correct) case, mutate its distributed graphs (drop, duplicate, "
@@ -206,6 +216,40 @@ def _verify(args) -> int:
     return report.exit_code
 
 
+def _zoo(args) -> int:
+    from rich.console import Console
+
+    from .api import run_zoo_case
+    from .report.progress import progress_bar
+    from .report.zoo import render_zoo, zoo_json
+    from .zoo import catalogue, entry_name, expectation, selected
+    paths = selected(catalogue(), args.pattern)
+    if not paths:
+        raise UsageError(f"no zoo case matches {args.pattern!r} (see shardproof zoo --list)")
+    to_stdout = args.json == "-"
+    console = Console(stderr=to_stdout)
+    results = []
+    for path in paths:
+        case = load_case_module(path).case()
+        if args.list:
+            console.print(f"{entry_name(path):44} {expectation(case.meta, case.world_size).verdict:10} "
+                          f"{case.meta.get('source', '')}", highlight=False, soft_wrap=True)
+            continue
+        with progress_bar(console, enabled=not to_stdout) as progress:
+            results.append(run_zoo_case(case, entry_name(path), progress))
+    if args.list:
+        return 0
+    if not to_stdout:
+        render_zoo(results, console)
+    if args.json:
+        text = json.dumps(zoo_json(results), indent=2, default=str)
+        if to_stdout:
+            print(text)
+        else:
+            _write(args.json, text + "\n")
+    return 0 if all(r.ok for r in results) else 1
+
+
 def _mutants(args) -> int:
     from rich.console import Console
 
@@ -255,6 +299,8 @@ def main(argv=None) -> int:
             return _verify(args)
         if args.command == "mutants":
             return _mutants(args)
+        if args.command == "zoo":
+            return _zoo(args)
     except UsageError as exc:
         print("shardproof: error: " + textwrap.fill(str(exc), 100, subsequent_indent="  ", break_on_hyphens=False,
                                                     break_long_words=False), file=sys.stderr)

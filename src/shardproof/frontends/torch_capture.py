@@ -22,6 +22,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..ir.graph import Graph, Node, Source, TensorType
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ZOO_DIR = os.path.join(_PKG_DIR, "zoo")  # the bundled case files are user code
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 DTYPES = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -187,7 +188,8 @@ def functional_collectives():
 def _user_frame(summary) -> traceback.FrameSummary | None:
     for frame in reversed(summary):
         f = os.path.abspath(frame.filename)
-        if f.startswith(_TORCH_DIR) or f.startswith(_PKG_DIR) or "/contextlib.py" in f or f.startswith("<"):
+        ours = f.startswith(_PKG_DIR) and not f.startswith(_ZOO_DIR)
+        if f.startswith(_TORCH_DIR) or ours or "/contextlib.py" in f or f.startswith("<"):
             continue
         return frame
     return None

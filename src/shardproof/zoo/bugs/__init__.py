@@ -1,0 +1,1 @@
+"""Injected bugs: each case states where its first finding must be (see shardproof.zoo)."""
