@@ -472,6 +472,9 @@ class Localized:
     broken: Node
     blame: Optional[str] = None
     recovers: bool = False  # a later tensor relates again: `broken` may be a legitimate intermediate
+    blamed_as: tuple = ("wrong-shard-offset", "each rank's own chunk (the pieces tile the dim)",
+                        "overlapping pieces", "cut each rank's piece at its own offset (rank r: the r-th chunk)")
+    """(kind, expected, actual, hint) of a finding at `node` when `blame` is set."""
 
 
 def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, broken: list[str]):
@@ -499,13 +502,76 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     culprit = _misaligned_slice(n, status[ranks[0]])
     if culprit is not None:
         return Localized(culprit, ranks, status, culprit, recovers=recovers)
+    misrouted = _misrouted_operand(run, relater, seq, dist, n, ranks[0], status[ranks[0]])
+    if misrouted is not None:
+        culprit, why = misrouted
+        return Localized(culprit, ranks, status, n, why, recovers,
+                         ("wrong-slice", "the elements the single-device program's op takes", "other elements",
+                          "take the same elements as the single-device program (check the offsets)"))
     overlapping = _overlapping_slice(dist, status, _reach([n], lambda m: list(m.inputs)))
     if overlapping is not None:
         return Localized(*overlapping[:2], status, n, overlapping[2], recovers)
     return Localized(n, ranks, status, n, recovers=recovers)
 
 
-SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select"}
+SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select", "xla.slice"}
+
+
+def _misrouted_operand(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, node: Node,
+                       rank: int, status: dict):
+    """An op whose operands all relate to the single-device program, but one of them to
+    another tensor than the single-device op reads (a key projection cut from the query
+    columns): walk that operand back in step with the single-device program's operand,
+    op by op, to the first op that reads what its counterpart reads and yields other
+    elements. Returns (that node, why) or None."""
+    env, senv = run.dist[rank], run.seq
+    terms = relater.terms
+
+    def inside(x: Node, s: Node) -> bool:
+        dv, sv = env.get(x), senv.get(s)
+        return isinstance(dv, Val) and isinstance(sv, Val) and dv.t == sv.t and positions_in(terms, sv, dv) is not None
+
+    operands = [x for x in node.inputs if x in status]
+    if not operands or any(status[x] is None for x in operands):
+        return None
+    best, score = None, 0
+    for s in seq.nodes:  # the single-device op of the same kind reading most of the same operands
+        if s.op != node.op or len(list(s.inputs)) != len(list(node.inputs)):
+            continue
+        hits = sum(inside(x, y) for x, y in zip(node.inputs, s.inputs))
+        if hits > score:
+            best, score = s, hits
+    if best is None or score == len(list(node.inputs)):
+        return None
+    x, s = next((x, y) for x, y in zip(node.inputs, best.inputs) if not inside(x, y))
+    for _ in range(len(dist.graphs[rank].nodes)):
+        if x.op != s.op or x.op in ("input", "constant"):
+            return None
+        pairs = list(zip(x.inputs, s.inputs))
+        if len(pairs) != len(list(x.inputs)) or len(pairs) != len(list(s.inputs)):
+            return None
+        off = [(a, b) for a, b in pairs if not inside(a, b)]
+        if not off:
+            return x, _takes_other(terms, env, senv, x, s, pairs)
+        x, s = off[0]
+    return None
+
+
+def _takes_other(terms, env, senv, x: Node, s: Node, pairs) -> str:
+    """Which elements of its input `x` takes on this rank, against what `s` takes."""
+    a, b = pairs[0]
+    got = positions_in(terms, senv[b], env[x]) if isinstance(env.get(x), Val) else None
+    want = positions_in(terms, senv[b], senv[s]) if isinstance(senv.get(s), Val) else None
+    parts = []
+    if got is not None and want is not None:
+        for d, (g, w) in enumerate(zip(got, want)):
+            if g is None and w is None or (g is not None and w is not None and np.array_equal(g, w)):
+                continue
+            size = b.shape[d]
+            parts.append(f"dim {d}: it takes {_span(np.arange(size) if g is None else g)} of {b.name} where the "
+                         f"single-device {s.name} takes {_span(np.arange(size) if w is None else w)}")
+    detail = "; ".join(parts) or "other elements than the single-device op"
+    return f"it reads the same tensor as the single-device {s.name} but {detail}"
 
 
 def _misaligned_slice(node: Node, status: dict) -> Optional[Node]:
@@ -615,10 +681,10 @@ def _report_at(finding: Finding, loc: Localized) -> Finding:
     if loc.blame is not None:
         finding.message = f"{node.name} = {node.op}(...) on rank(s) {', '.join(map(str, loc.ranks))}: {loc.blame}; " \
                           f"the first tensor that shows it is {loc.broken.name}: {finding.message}"
-        finding.kind, finding.rank = "wrong-shard-offset", loc.ranks
-        finding.expected, finding.actual = "each rank's own chunk (the pieces tile the dim)", "overlapping pieces"
-        finding.hint = f"cut each rank's piece at its own offset (rank r: the r-th chunk)" + \
-                       (f" at {node.source}" if node.source else "")
+        kind, expected, actual, hint = loc.blamed_as
+        finding.kind, finding.rank = kind, loc.ranks
+        finding.expected, finding.actual = expected, actual
+        finding.hint = hint + (f" at {node.source}" if node.source else "")
         finding.node, finding.op, finding.source = node.name, node.op, _src(node)
     _name_producer(finding, node)
     return finding
