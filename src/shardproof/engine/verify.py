@@ -497,7 +497,7 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
             else:
                 found[key] = (n, [r], recovers, i)
     if not found:
-        return None
+        return _misrouted_output(run, relater, seq, dist, broken, status)
     n, ranks, recovers, _ = min(found.values(), key=lambda f: (f[2], f[3]))
     culprit = _misaligned_slice(n, status[ranks[0]])
     if culprit is not None:
@@ -517,6 +517,14 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
 SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select", "xla.slice"}
 
 
+def _holds_inside(terms, env: dict, senv: dict):
+    """``inside(x, s)``: whether distributed node x holds elements of single-device node s."""
+    def inside(x: Node, s: Node) -> bool:
+        dv, sv = env.get(x), senv.get(s)
+        return isinstance(dv, Val) and isinstance(sv, Val) and dv.t == sv.t and positions_in(terms, sv, dv) is not None
+    return inside
+
+
 def _misrouted_operand(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, node: Node,
                        rank: int, status: dict):
     """An op whose operands all relate to the single-device program, but one of them to
@@ -524,13 +532,7 @@ def _misrouted_operand(run: SymbolicRun, relater: Relater, seq: Graph, dist: Dis
     columns): walk that operand back in step with the single-device program's operand,
     op by op, to the first op that reads what its counterpart reads and yields other
     elements. Returns (that node, why) or None."""
-    env, senv = run.dist[rank], run.seq
-    terms = relater.terms
-
-    def inside(x: Node, s: Node) -> bool:
-        dv, sv = env.get(x), senv.get(s)
-        return isinstance(dv, Val) and isinstance(sv, Val) and dv.t == sv.t and positions_in(terms, sv, dv) is not None
-
+    inside = _holds_inside(relater.terms, run.dist[rank], run.seq)
     operands = [x for x in node.inputs if x in status]
     if not operands or any(status[x] is None for x in operands):
         return None
@@ -544,8 +546,20 @@ def _misrouted_operand(run: SymbolicRun, relater: Relater, seq: Graph, dist: Dis
     if best is None or score == len(list(node.inputs)):
         return None
     x, s = next((x, y) for x, y in zip(node.inputs, best.inputs) if not inside(x, y))
+    return _walk_back(run, relater, dist, rank, status, x, s)
+
+
+def _walk_back(run: SymbolicRun, relater: Relater, dist: DistributedProgram, rank: int, status: dict, x: Node,
+               s: Node):
+    """From a distributed tensor `x` holding elements of another single-device tensor than
+    its counterpart `s`, back through the ops both programs apply alike, to the first op
+    whose inputs hold what its counterpart's inputs hold: (that node, why), or None."""
+    env, senv = run.dist[rank], run.seq
+    terms = relater.terms
+    inside = _holds_inside(terms, env, senv)
     for _ in range(len(dist.graphs[rank].nodes)):
-        if x.op != s.op or x.op in ("input", "constant"):
+        held_elsewhere = status.get(x) is not None and status[x].kind in ("held", "view")  # of another tensor
+        if not held_elsewhere or x.op != s.op or x.op in ("input", "constant"):
             return None
         pairs = list(zip(x.inputs, s.inputs))
         if len(pairs) != len(list(x.inputs)) or len(pairs) != len(list(s.inputs)):
@@ -554,6 +568,27 @@ def _misrouted_operand(run: SymbolicRun, relater: Relater, seq: Graph, dist: Dis
         if not off:
             return x, _takes_other(terms, env, senv, x, s, pairs)
         x, s = off[0]
+    return None
+
+
+def _misrouted_output(run, relater, seq, dist, broken: list[str], status: list):
+    """An output that holds elements of another single-device tensor than the expected
+    one (every tensor on the way relates to something): blame the first op that took them."""
+    for name in broken:
+        for r, g in enumerate(dist.graphs):
+            x, s = g.outputs.get(name), seq.outputs.get(name)
+            if x is None or s is None:
+                continue
+            while x.op == s.op and x.op in ("aten.alias", "getitem") and x.args and isinstance(x.args[0], Node):
+                x, s = x.args[0], s.args[0]
+            misrouted = _walk_back(run, relater, dist, r, status[r], x, s)
+            if misrouted is not None:
+                ranks = [q for q, h in enumerate(dist.graphs) if status[q].get(h.outputs.get(name)) is not None]
+                node, why = misrouted
+                return Localized(node, ranks or [r], status, g.outputs[name], why, False,
+                                 ("wrong-slice", "the elements the single-device program's op takes",
+                                  "other elements", "take the same elements as the single-device program "
+                                                    "(check the offsets)"))
     return None
 
 
