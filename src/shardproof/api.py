@@ -56,6 +56,21 @@ def capture_case(case: Case, world_size: int | None = None, progress: Progress =
     return seq, DistributedProgram(graphs), seq_values, rank_values
 
 
+def lower_jax_case(case: Case, world_size: int | None, spec: dict, progress: Progress = None):
+    """Lower a JAX case (single-device and shard_map programs) and import both; relations
+    its ``in_specs`` imply fill `spec` where the user stated none."""
+    from .frontends.jax_lower import JaxError, lower_case
+    if progress:
+        progress("lowering the JAX programs")
+    try:
+        seq, graphs, values, implied = lower_case(case, world_size or case.world_size)
+    except JaxError as exc:
+        raise InputError(str(exc)) from None
+    for name, rel in parse_spec(implied, source=f"in_specs of case {case.name or '?'}").items():
+        spec.setdefault(name, rel)
+    return seq, DistributedProgram(graphs), values
+
+
 @dataclass
 class Prepared:
     """A captured case or loaded dumps, with input relations and the outputs to check
@@ -84,7 +99,11 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
                                 f"live case's constants have values and its outputs have the same names")
         spec.update(file.inputs)
         expect.update({name: e.relation for name, e in file.expect.items()})
-    seq, dist, seq_values, rank_values = capture_case(case, world_size, progress)
+    if case.backend == "jax":
+        seq, dist, seq_values = lower_jax_case(case, world_size, spec, progress)
+        rank_values = None
+    else:
+        seq, dist, seq_values, rank_values = capture_case(case, world_size, progress)
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
                               spec, seq_values, rank_values)

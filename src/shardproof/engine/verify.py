@@ -737,6 +737,16 @@ def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[F
     if loc is None:
         name = differing[0]
         dnode = dist.graphs[0].outputs.get(name)
+        status = _status(run, relater, dist)
+        rel = status[0].get(dnode) if dnode is not None else None
+        if rel is not None and rel.kind == "partial":  # every tensor relates, the output only as a partial sum
+            while dnode.op == "aten.alias" and isinstance(dnode.args[0], Node):
+                dnode = dnode.args[0]  # name the op that produced it
+            return [Finding("partial-sum-never-reduced", list(range(dist.world_size)), dnode.name, dnode.op,
+                            _src(dnode), "the expected relation", rel.describe(),
+                            f"output {name} ({dnode.name}) holds on each rank a share whose {rel.partial} over the "
+                            f"ranks is the single-device {rel.seq_node.name}: no collective combines them",
+                            f"all-reduce ({rel.partial}) {dnode.name} across the ranks before it is returned")]
         return [Finding("output-mismatch", list(range(dist.world_size)), dnode.name if dnode else name,
                         dnode.op if dnode else "?", _src(dnode) if dnode else None, "recoverable",
                         "a different relation", f"output {name} does not relate to the single-device output as expected")]
