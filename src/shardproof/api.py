@@ -136,8 +136,11 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
     wanted = {**file.expect, **parse_spec(expect, source="expectations")}
     kind = kind or _dump_kind([p for p in (seq_path, dist_path) if isinstance(p, (str, os.PathLike))
                                and os.path.isdir(p) and not hlo_file(p)])
-    say("reading the single-device dump")
     seq_hlo, dist_hlo = (hlo_file(p) for p in (seq_path, dist_path))
+    if world_size and not dist_hlo:
+        raise InputError("--world-size applies to case files and HLO modules; for FX dumps it is the number of "
+                         "rank files in --dist")
+    say("reading the single-device dump")
     if seq_hlo:
         seq_graphs = _load_hlo(seq_hlo, 1, file)
     else:
@@ -149,9 +152,6 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
     say("reading the distributed dumps")
     if dist_hlo:
         graphs = _load_hlo(dist_hlo, world_size, file)
-    elif world_size:
-        raise InputError("--world-size applies to case files and HLO modules; for FX dumps it is the number of "
-                         "rank files in --dist")
     else:
         graphs = load_program(dist_path, kind=kind, constants=file.constants["dist"])
     if file.shared:

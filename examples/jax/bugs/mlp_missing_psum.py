@@ -3,7 +3,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from models import tp_mlp_case  # noqa: E402
+from jax_models import tp_mlp_case  # noqa: E402
 
 
 def case(world_size=4):

@@ -743,7 +743,7 @@ def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[F
             while dnode.op == "aten.alias" and isinstance(dnode.args[0], Node):
                 dnode = dnode.args[0]  # name the op that produced it
             return [Finding("partial-sum-never-reduced", list(range(dist.world_size)), dnode.name, dnode.op,
-                            _src(dnode), "the expected relation", rel.describe(),
+                            _src(dnode), "recoverable as expected", rel.describe(),
                             f"output {name} ({dnode.name}) holds on each rank a share whose {rel.partial} over the "
                             f"ranks is the single-device {rel.seq_node.name}: no collective combines them",
                             f"all-reduce ({rel.partial}) {dnode.name} across the ranks before it is returned")]

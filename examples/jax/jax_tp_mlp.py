@@ -1,5 +1,5 @@
 """tp_mlp in JAX (shard_map over 4 host devices): verified."""
-from models import tp_mlp_case
+from jax_models import tp_mlp_case
 
 WORLD_SIZES = (2, 4)
 
