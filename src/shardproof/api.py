@@ -15,6 +15,7 @@ from .case import Case
 from .engine.result import Report
 from .engine.verify import ENGINE_STAGES, differing_outputs, verify_graphs
 from .frontends.fx_text import dump_kinds, load_program
+from .frontends.hlo_text import is_hlo_text, load_hlo_program, mark_shared_constants
 from .ir.graph import DistributedProgram, Graph
 from .relations.infer import RelationsFile, load_yaml, parse_spec, resolve_inputs, resolve_outputs
 from .relations.spec import RelationError, parse_relation
@@ -68,6 +69,21 @@ def capture_case(case: Case, world_size: int | None = None, progress: Progress =
     return seq, DistributedProgram(graphs), seq_values, rank_values
 
 
+def lower_jax_case(case: Case, world_size: int | None, spec: dict, progress: Progress = None):
+    """Lower a JAX case (single-device and shard_map programs) and import both; relations
+    its ``in_specs`` imply fill `spec` where the user stated none."""
+    from .frontends.jax_lower import JaxError, lower_case
+    if progress:
+        progress("lowering the JAX programs")
+    try:
+        seq, graphs, values, implied = lower_case(case, world_size or case.world_size)
+    except JaxError as exc:
+        raise InputError(str(exc)) from None
+    for name, rel in parse_spec(implied, source=f"in_specs of case {case.name or '?'}").items():
+        spec.setdefault(name, rel)
+    return seq, DistributedProgram(graphs), values
+
+
 @dataclass
 class Prepared:
     """A captured case or loaded dumps, with input relations and the outputs to check
@@ -91,12 +107,16 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
     expect = {name: parse_relation(rel) for name, rel in (case.expect or {}).items()}
     if relations_file:
         file = load_yaml(relations_file)
-        if any(file.constants.values()) or any(e.seq_name for e in file.expect.values()):
+        if any(file.constants.values()) or file.shared or any(e.seq_name for e in file.expect.values()):
             raise RelationError(f"{relations_file}: constants: and expectations with of: are for graph dumps; a "
                                 f"live case's constants have values and its outputs have the same names")
         spec.update(file.inputs)
         expect.update({name: e.relation for name, e in file.expect.items()})
-    seq, dist, seq_values, rank_values = capture_case(case, world_size, progress)
+    if case.backend == "jax":
+        seq, dist, seq_values = lower_jax_case(case, world_size, spec, progress)
+        rank_values = None
+    else:
+        seq, dist, seq_values, rank_values = capture_case(case, world_size, progress)
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
                               spec, seq_values, rank_values)
@@ -108,7 +128,8 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
 
 
 def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
-                  expect: dict | None = None, kind: str | None = None, progress: Progress = None) -> Prepared:
+                  expect: dict | None = None, kind: str | None = None, progress: Progress = None,
+                  world_size: int | None = None) -> Prepared:
     """Load graph dumps (never executed) and relate them: `seq_path` is the single-device
     program (a dump file, or a directory holding one rank), `dist_path` the distributed one
     (a directory of per-rank ``<kind>.g<N>.r<rank>.py`` files, or a list of files).
@@ -118,21 +139,41 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
     :func:`~shardproof.relations.infer.resolve_outputs` says: the file's ``expect:`` section
     and `expect` ({distributed output: relation | "R of SEQ_NAME"}, which overrides it) pick
     the outputs and relations; by default every single-device output must be recoverable.
-    `kind` (fw, bw, both) picks the graph in directories holding several."""
+    `kind` (fw, bw, both) picks the graph in directories holding several.
+
+    XLA HLO text (a file starting with ``HloModule``, or a directory holding one ``*.hlo``
+    file) is read as one SPMD module instantiated per rank: `world_size` ranks, else as
+    many as its collectives' replica groups name."""
     say = progress or _quiet
     total = 2 + len(ENGINE_STAGES)
     file = load_yaml(relations_file) if relations_file else RelationsFile()
     wanted = {**file.expect, **parse_spec(expect, source="expectations")}
     kind = kind or _dump_kind([p for p in (seq_path, dist_path) if isinstance(p, (str, os.PathLike))
-                               and os.path.isdir(p)])
+                               and os.path.isdir(p) and not hlo_file(p)])
+    seq_hlo, dist_hlo = (hlo_file(p) for p in (seq_path, dist_path))
+    if world_size and not dist_hlo:
+        raise InputError("--world-size applies to case files and HLO modules; for FX dumps it is the number of "
+                         "rank files in --dist")
     say("reading the single-device dump", 0, total)
-    seq_graphs = load_program(seq_path, kind=kind, constants=file.constants["seq"])
+    if seq_hlo:
+        seq_graphs = _load_hlo(seq_hlo, 1, file)
+    else:
+        seq_graphs = load_program(seq_path, kind=kind, constants=file.constants["seq"])
     if len(seq_graphs) != 1:
         raise InputError(f"{seq_path}: the single-device program must be one graph, but {len(seq_graphs)} rank "
                          f"files were found")
     seq = seq_graphs[0]
     say("reading the distributed dumps", 1, total)
-    graphs = load_program(dist_path, kind=kind, constants=file.constants["dist"])
+    if dist_hlo:
+        graphs = _load_hlo(dist_hlo, world_size, file)
+    else:
+        graphs = load_program(dist_path, kind=kind, constants=file.constants["dist"])
+    if file.shared:
+        found = mark_shared_constants([seq] + graphs, file.shared)
+        missing = sorted(file.shared - found)
+        if missing:
+            raise InputError(f"{relations_file}: constants {', '.join(missing)} are stated 'same', but no program "
+                             f"has an unprinted constant of that name")
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in graphs], file.inputs,
                               by_shape=auto_relations,
@@ -144,6 +185,32 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
                                for g in graphs])
     name = f"{os.fspath(seq_path)} vs {os.fspath(dist_path)}" if isinstance(dist_path, (str, os.PathLike)) else ""
     return Prepared(seq, dist, bindings, {s: rel for s, (_, rel) in pairs.items() if rel is not None}, {}, name)
+
+
+def hlo_file(path) -> str | None:
+    """The HLO module `path` names: a file whose text starts with ``HloModule``, or a
+    directory holding exactly one ``*.hlo`` / ``*.hlo.txt`` file; else None."""
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        found = sorted(f for f in os.listdir(path) if f.endswith((".hlo", ".hlo.txt")))
+        if len(found) > 1:
+            raise InputError(f"{path} holds several HLO modules ({', '.join(found)}): name the file")
+        return os.path.join(path, found[0]) if found else None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    return path if is_hlo_text(head) else None
+
+
+def _load_hlo(path: str, world_size: int | None, file: RelationsFile) -> list[Graph]:
+    if any(file.constants[side] for side in ("seq", "dist")):
+        raise InputError(f"{path}: an HLO module prints its constants' values (or elides them: state those "
+                         f"'same'); numeric constant values are for FX dumps")
+    return load_hlo_program(path, world_size)
 
 
 def _dump_kind(directories: list) -> str:
@@ -176,10 +243,10 @@ def verify_case(case: Case, world_size: int | None = None, relations: dict | Non
 
 def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
                  expect: dict | None = None, kind: str | None = None, progress: Progress = None,
-                 views: bool = False) -> Report:
+                 views: bool = False, world_size: int | None = None) -> Report:
     """Load and verify graph dumps (see :func:`prepare_dumps` for the options; `views`: see
     :func:`verify_prepared`)."""
-    p = prepare_dumps(seq_path, dist_path, relations_file, auto_relations, expect, kind, progress)
+    p = prepare_dumps(seq_path, dist_path, relations_file, auto_relations, expect, kind, progress, world_size)
     return verify_prepared(p, views, _offset(progress, 2, 2 + len(ENGINE_STAGES)))
 
 

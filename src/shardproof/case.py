@@ -4,6 +4,11 @@ Case files are ordinary Python modules that define ``case(world_size=2) -> Case`
 Programs are PyTorch modules or functions called with the inputs as keyword arguments;
 a module's parameters and buffers are inputs too, named as in ``named_parameters()``.
 Torch is only needed to *capture* a case; everything after capture is torch-free.
+
+With ``backend="jax"`` the programs are JAX functions (see
+:mod:`shardproof.frontends.jax_lower`): ``single`` takes the inputs positionally,
+``distributed(mesh)`` returns the ``shard_map`` program over a 1-D mesh with axis
+``mesh_axis``, and ``in_specs`` gives each input's ``PartitionSpec``.
 """
 from __future__ import annotations
 
@@ -31,3 +36,9 @@ class Case:
     description: str = ""
     meta: dict = field(default_factory=dict)
     """Free-form facts for tests and the zoo (e.g. the injected bug's op and ranks)."""
+    backend: str = "torch"
+    """``torch`` (traced per rank) or ``jax`` (lowered to StableHLO)."""
+    in_specs: Optional[dict] = None
+    """JAX: input name -> ``PartitionSpec`` of the distributed program's input (default: replicated)."""
+    mesh_axis: str = "tp"
+    """JAX: the name of the mesh axis ``distributed`` shards over."""

@@ -22,7 +22,7 @@ examples:
   shardproof verify src/shardproof/zoo/bugs/missing_allreduce.py --html report.html  # the graphs, side by side
   shardproof verify my_case.py --relations rel.yaml     # relations from a YAML file
 
-  # graph dumps (print_readable() text; read, never executed):
+  # graph dumps (print_readable() text or XLA HLO text; read, never executed):
   shardproof verify --seq dumps/tp1 --dist dumps/tp2 --auto-relations --expect 'loss=Replicate()'
   shardproof verify --seq one_step/fw.g0.r0.py --dist two_steps/fw.g0.r0.py \\
       --relations examples/dumps/grad_accumulation.yaml --json -
@@ -31,7 +31,8 @@ examples:
 
 A case file is a Python module defining `case(world_size) -> shardproof.Case` (see README).
 --seq is one dump file (or a directory with one rank); --dist a directory of per-rank
-<kind>.g<N>.r<rank>.py files, or the files. A relations file has sections inputs:, expect:
+<kind>.g<N>.r<rank>.py files, or the files. An HLO module (a file starting with
+'HloModule', or a directory holding one *.hlo file) is one SPMD program run by every rank. A relations file has sections inputs:, expect:
 and constants: (see README). --plugin imports a module declaring your own ops first.
 exit codes: 0 verified, 1 violation, 2 unknown, 3 bad input or usage.
 """
@@ -57,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="verify a case file, or single-device and distributed graph dumps",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     v.add_argument("case", nargs="?", help="Python case file defining case(world_size) -> Case")
-    v.add_argument("--world-size", "-n", type=int, help="number of ranks (default: the case's)")
+    v.add_argument("--world-size", "-n", type=int,
+                   help="number of ranks (default: the case's; for an HLO module, the ranks its replica groups name)")
     dumps = v.add_argument_group("graph dumps")
     dumps.add_argument("--seq", metavar="PATH", help="the single-device dump (a file, or a directory with one rank)")
     dumps.add_argument("--dist", metavar="PATH", nargs="+",
@@ -159,8 +161,6 @@ def _check_form(args) -> None:
         raise UsageError("graph dumps need both --seq (the single-device dump) and --dist (the distributed dumps)")
     if not dumps and not args.case:
         raise UsageError("give a case file, or --seq and --dist (see shardproof verify --help)")
-    if dumps and args.world_size:
-        raise UsageError("--world-size applies to case files; for dumps it is the number of rank files in --dist")
     if not dumps and (args.auto_relations or args.expect or args.kind):
         raise UsageError("--auto-relations, --expect and --kind apply to graph dumps (--seq/--dist)")
 
@@ -171,7 +171,8 @@ def _run(args, progress):
     if args.seq is not None:
         return verify_dumps(args.seq, args.dist[0] if len(args.dist) == 1 else args.dist,
                             relations_file=args.relations, auto_relations=args.auto_relations,
-                            expect=_expectations(args.expect), kind=args.kind, progress=progress, views=views)
+                            expect=_expectations(args.expect), kind=args.kind, progress=progress, views=views,
+                            world_size=args.world_size)
     module = load_case_module(args.case)
     try:
         case = module.case(args.world_size) if args.world_size else module.case()

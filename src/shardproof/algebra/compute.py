@@ -206,7 +206,7 @@ def pair_set(av, asize: int, bv, bsize: int) -> bytes | None:
 
 
 def dot(terms: TermStore, a: Val, b: Val, lhs_batch: Sequence[int], rhs_batch: Sequence[int],
-        lhs_contract: Sequence[int], rhs_contract: Sequence[int]) -> Val:
+        lhs_contract: Sequence[int], rhs_contract: Sequence[int], pairings: Sequence | None = None) -> Val:
     """General contraction (XLA dot_general): out = batch dims, lhs free, rhs free.
 
     A contracted dim sums A[i]*B[j] over a multiset of index pairs, which the term keeps
@@ -214,10 +214,19 @@ def dot(terms: TermStore, a: Val, b: Val, lhs_batch: Sequence[int], rhs_batch: S
     selection each side holds, a per-head slice of a fused projection against a block
     of weight rows -- are partial sums that complete to the full product. Operands are
     never gathers (a materialized selection is the selection), so both programs build
-    the same term however they got there."""
+    the same term however they got there.
+
+    `pairings` (one per batch pair, None for aligned ones) say how a batch dim pairs the
+    two operands' term positions when they hold different ones (grouped-query heads: see
+    :func:`shardproof.ops.aten._pairing`): the term's batch dim is then the lhs term's and
+    the pairing is part of the term, so any selection of lhs positions is exact (the
+    pairings are of the operands' unmaterialized positions)."""
+    paired = [p is not None for p in (pairings or [None] * len(lhs_batch))]
     a, b = unmaterialize(terms, a), unmaterialize(terms, b)
     ash, bsh = terms.shape(a.t), terms.shape(b.t)
-    for i, j in zip(lhs_batch, rhs_batch):
+    for (i, j), is_paired in zip(zip(lhs_batch, rhs_batch), paired):
+        if is_paired:
+            continue
         if ash[i] != bsh[j] and same_vec(a.vecs[i], b.vecs[j]):
             a, b = truncate(terms, a, i, min(ash[i], bsh[j])), truncate(terms, b, j, min(ash[i], bsh[j]))
             ash, bsh = terms.shape(a.t), terms.shape(b.t)
@@ -231,4 +240,6 @@ def dot(terms: TermStore, a: Val, b: Val, lhs_batch: Sequence[int], rhs_batch: S
     shape = [ash[i] for i in lhs_batch] + [ash[i] for i in lfree] + [bsh[j] for j in rfree]
     vecs = [a.vecs[i] for i in lhs_batch] + [a.vecs[i] for i in lfree] + [b.vecs[j] for j in rfree]
     spec = (tuple(lhs_batch), tuple(rhs_batch), tuple(lhs_contract), tuple(rhs_contract))
+    if any(paired):
+        spec += (tuple(pairings),)
     return Val(terms.make("dot", (spec, over), (a.t, b.t), shape), tuple(vecs))

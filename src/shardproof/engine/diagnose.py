@@ -12,7 +12,7 @@ from .result import Finding
 
 COLLECTIVE_PREFIX = "_c10d_functional."
 LINEAR_OPS = {"aten.add", "aten.sub", "aten.cat", "aten.stack"}
-SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select"}
+SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select", "xla.slice"}
 
 
 def _src(node: Node | None) -> str | None:

@@ -46,6 +46,8 @@ def _evaluator(terms: TermStore, inputs: dict[str, Val], unsupported: list, worl
             if node.type is None:
                 return node.kwargs["value"]
             if node.kwargs.get("value") is None:  # a dump that does not print the constant's value
+                if node.kwargs.get("shared"):  # stated to hold the same value in both programs
+                    return full(terms, terms.make("shared_const", (node.kwargs["shared"],), (), node.type.shape))
                 return _opaque(terms, node, who)
             return _const(terms, node)
         opdef = lookup(node.op)

@@ -518,6 +518,9 @@ class Localized:
     broken: Node
     blame: Optional[str] = None
     recovers: bool = False  # a later tensor relates again: `broken` may be a legitimate intermediate
+    blamed_as: tuple = ("wrong-shard-offset", "each rank's own chunk (the pieces tile the dim)",
+                        "overlapping pieces", "cut each rank's piece at its own offset (rank r: the r-th chunk)")
+    """(kind, expected, actual, hint) of a finding at `node` when `blame` is set."""
 
 
 def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, broken: list[str]):
@@ -544,7 +547,7 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
             else:
                 found[key] = (n, [r], recovers, i)
     if not found:
-        return None
+        return _misrouted_output(run, relater, seq, dist, broken, status)
     n, ranks, recovers, _ = min(found.values(), key=lambda f: (f[2], f[3]))
     if recovers:  # everything unrelated relates again later: the break is an output held wrongly
         wrong = _related_wrongly(dist, status, broken)
@@ -553,6 +556,12 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     culprit = _misaligned_slice(n, status[ranks[0]])
     if culprit is not None:
         return Localized(culprit, ranks, status, culprit, recovers=recovers)
+    misrouted = _misrouted_operand(run, relater, seq, dist, n, ranks[0], status[ranks[0]])
+    if misrouted is not None:
+        culprit, why = misrouted
+        return Localized(culprit, ranks, status, n, why, recovers,
+                         ("wrong-shard-offset", "the elements the single-device program's op takes", "other elements",
+                          "take the same elements as the single-device program (check the offsets)"))
     overlapping = _overlapping_slice(dist, status, _reach([n], lambda m: list(m.inputs)))
     if overlapping is not None:
         return Localized(*overlapping[:2], status, n, overlapping[2], recovers)
@@ -567,6 +576,98 @@ def _related_wrongly(dist: DistributedProgram, status: list, broken: list[str]):
         if all(n is not None and status[r].get(n) is not None for r, n in enumerate(nodes)):
             return nodes[0], list(range(len(nodes)))
     return None
+
+
+def _holds_inside(terms, env: dict, senv: dict):
+    """``inside(x, s)``: whether distributed node x holds elements of single-device node s."""
+    def inside(x: Node, s: Node) -> bool:
+        dv, sv = env.get(x), senv.get(s)
+        return isinstance(dv, Val) and isinstance(sv, Val) and dv.t == sv.t and positions_in(terms, sv, dv) is not None
+    return inside
+
+
+def _misrouted_operand(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, node: Node,
+                       rank: int, status: dict):
+    """An op whose operands all relate to the single-device program, but one of them to
+    another tensor than the single-device op reads (a key projection cut from the query
+    columns): walk that operand back in step with the single-device program's operand,
+    op by op, to the first op that reads what its counterpart reads and yields other
+    elements. Returns (that node, why) or None."""
+    inside = _holds_inside(relater.terms, run.dist[rank], run.seq)
+    operands = [x for x in node.inputs if x in status]
+    if not operands or any(status[x] is None for x in operands):
+        return None
+    best, score = None, 0
+    for s in seq.nodes:  # the single-device op of the same kind reading most of the same operands
+        if s.op != node.op or len(list(s.inputs)) != len(list(node.inputs)):
+            continue
+        hits = sum(inside(x, y) for x, y in zip(node.inputs, s.inputs))
+        if hits > score:
+            best, score = s, hits
+    if best is None or score == len(list(node.inputs)):
+        return None
+    x, s = next((x, y) for x, y in zip(node.inputs, best.inputs) if not inside(x, y))
+    return _walk_back(run, relater, dist, rank, status, x, s)
+
+
+def _walk_back(run: SymbolicRun, relater: Relater, dist: DistributedProgram, rank: int, status: dict, x: Node,
+               s: Node):
+    """From a distributed tensor `x` holding elements of another single-device tensor than
+    its counterpart `s`, back through the ops both programs apply alike, to the first op
+    whose inputs hold what its counterpart's inputs hold: (that node, why), or None."""
+    env, senv = run.dist[rank], run.seq
+    terms = relater.terms
+    inside = _holds_inside(terms, env, senv)
+    for _ in range(len(dist.graphs[rank].nodes)):
+        held_elsewhere = status.get(x) is not None and status[x].kind in ("held", "view")  # of another tensor
+        if not held_elsewhere or x.op != s.op or x.op in ("input", "constant"):
+            return None
+        pairs = list(zip(x.inputs, s.inputs))
+        if len(pairs) != len(list(x.inputs)) or len(pairs) != len(list(s.inputs)):
+            return None
+        off = [(a, b) for a, b in pairs if not inside(a, b)]
+        if not off:
+            return x, _takes_other(terms, env, senv, x, s, pairs)
+        x, s = off[0]
+    return None
+
+
+def _misrouted_output(run, relater, seq, dist, broken: list[str], status: list):
+    """An output that holds elements of another single-device tensor than the expected
+    one (every tensor on the way relates to something): blame the first op that took them."""
+    for name in broken:
+        for r, g in enumerate(dist.graphs):
+            x, s = g.outputs.get(name), seq.outputs.get(name)
+            if x is None or s is None:
+                continue
+            while x.op == s.op and x.op in ("aten.alias", "getitem") and x.args and isinstance(x.args[0], Node):
+                x, s = x.args[0], s.args[0]
+            misrouted = _walk_back(run, relater, dist, r, status[r], x, s)
+            if misrouted is not None:
+                ranks = [q for q, h in enumerate(dist.graphs) if status[q].get(h.outputs.get(name)) is not None]
+                node, why = misrouted
+                return Localized(node, ranks or [r], status, g.outputs[name], why, False,
+                                 ("wrong-shard-offset", "the elements the single-device program's op takes",
+                                  "other elements", "take the same elements as the single-device program "
+                                                    "(check the offsets)"))
+    return None
+
+
+def _takes_other(terms, env, senv, x: Node, s: Node, pairs) -> str:
+    """Which elements of its input `x` takes on this rank, against what `s` takes."""
+    a, b = pairs[0]
+    got = positions_in(terms, senv[b], env[x]) if isinstance(env.get(x), Val) else None
+    want = positions_in(terms, senv[b], senv[s]) if isinstance(senv.get(s), Val) else None
+    parts = []
+    if got is not None and want is not None:
+        for d, (g, w) in enumerate(zip(got, want)):
+            if g is None and w is None or (g is not None and w is not None and np.array_equal(g, w)):
+                continue
+            size = b.shape[d]
+            parts.append(f"dim {d}: it takes {_span(np.arange(size) if g is None else g)} of {b.name} where the "
+                         f"single-device {s.name} takes {_span(np.arange(size) if w is None else w)}")
+    detail = "; ".join(parts) or "other elements than the single-device op"
+    return f"it reads the same tensor as the single-device {s.name} but {detail}"
 
 
 def _misaligned_slice(node: Node, status: dict) -> Optional[Node]:
@@ -676,10 +777,10 @@ def _report_at(finding: Finding, loc: Localized) -> Finding:
     if loc.blame is not None:
         finding.message = f"{node.name} = {node.op}(...) on rank(s) {', '.join(map(str, loc.ranks))}: {loc.blame}; " \
                           f"the first tensor that shows it is {loc.broken.name}: {finding.message}"
-        finding.kind, finding.rank = "wrong-shard-offset", loc.ranks
-        finding.expected, finding.actual = "each rank's own chunk (the pieces tile the dim)", "overlapping pieces"
-        finding.hint = f"cut each rank's piece at its own offset (rank r: the r-th chunk)" + \
-                       (f" at {node.source}" if node.source else "")
+        kind, expected, actual, hint = loc.blamed_as
+        finding.kind, finding.rank = kind, loc.ranks
+        finding.expected, finding.actual = expected, actual
+        finding.hint = hint + (f" at {node.source}" if node.source else "")
         finding.node, finding.op, finding.source = node.name, node.op, _src(node)
     _name_producer(finding, node)
     return finding
@@ -697,6 +798,16 @@ def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[F
     if loc is None:
         name = differing[0]
         dnode = dist.graphs[0].outputs.get(name)
+        status = _status(run, relater, dist)
+        rel = status[0].get(dnode) if dnode is not None else None
+        if rel is not None and rel.kind == "partial":  # every tensor relates, the output only as a partial sum
+            while dnode.op == "aten.alias" and isinstance(dnode.args[0], Node):
+                dnode = dnode.args[0]  # name the op that produced it
+            return [Finding("partial-sum-never-reduced", list(range(dist.world_size)), dnode.name, dnode.op,
+                            _src(dnode), "recoverable as expected", rel.describe(),
+                            f"output {name} ({dnode.name}) holds on each rank a share whose {rel.partial} over the "
+                            f"ranks is the single-device {rel.seq_node.name}: no collective combines them",
+                            f"all-reduce ({rel.partial}) {dnode.name} across the ranks before it is returned")]
         return [Finding("output-mismatch", list(range(dist.world_size)), dnode.name if dnode else name,
                         dnode.op if dnode else "?", _src(dnode) if dnode else None, "recoverable",
                         "a different relation", f"output {name} does not relate to the single-device output as expected")]

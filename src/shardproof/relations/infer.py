@@ -81,6 +81,9 @@ class RelationsFile:
     inputs: dict[str, SpecEntry] = field(default_factory=dict)
     expect: dict[str, SpecEntry] = field(default_factory=dict)
     constants: dict[str, dict[str, float]] = field(default_factory=lambda: {"seq": {}, "dist": {}})
+    shared: set[str] = field(default_factory=set)
+    """Constants whose value the dumps do not print (HLO ``constant({...})``) stated to be
+    the same in both programs (``NAME: same``)."""
 
 
 SECTIONS = ("inputs", "expect", "constants")
@@ -100,7 +103,8 @@ def _key_lines(node, prefix: tuple = ()) -> dict[tuple, int]:
 
 def load_yaml(path: str) -> RelationsFile:
     """Read a relations file: sections ``inputs:`` (name/glob -> relation), ``expect:``
-    (output name -> relation) and ``constants:`` (name -> number, or {seq: n, dist: n});
+    (output name -> relation) and ``constants:`` (name -> number, or {seq: n, dist: n}, or
+    ``same``: an unprinted constant holding the same value in both programs);
     a file without sections is an ``inputs`` mapping."""
     import yaml
     try:
@@ -131,9 +135,12 @@ def load_yaml(path: str) -> RelationsFile:
         raise RelationError(f"{path}:{lines.get(('constants',), '?')}: constants must map names to numbers")
     for name, value in constants.items():
         where = f"{path}:{lines.get(('constants', name), '?')}"
+        if value == "same":
+            out.shared.add(str(name))
+            continue
         per_side = value if isinstance(value, Mapping) else {"seq": value, "dist": value}
         if set(per_side) - {"seq", "dist"}:
-            raise RelationError(f"{where}: constant {name!r} must be a number or {{seq: n, dist: n}}")
+            raise RelationError(f"{where}: constant {name!r} must be a number, {{seq: n, dist: n}} or same")
         for side, v in per_side.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise RelationError(f"{where}: the value of constant {name!r} must be a number, not {v!r}")
