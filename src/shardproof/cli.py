@@ -208,12 +208,7 @@ def _verify(args) -> int:
         _write(args.html, render_html(report))
         if not to_stdout:
             console.print(f"HTML report: {args.html}", style="dim", highlight=False, soft_wrap=True)
-    if args.json:
-        text = json.dumps(report.to_json(), indent=2, default=str)
-        if to_stdout:
-            print(text)
-        else:
-            _write(args.json, text + "\n")
+    _emit_json(args.json, report.to_json())
     return report.exit_code
 
 
@@ -242,12 +237,7 @@ def _zoo(args) -> int:
         return 0
     if not to_stdout:
         render_zoo(results, console)
-    if args.json:
-        text = json.dumps(zoo_json(results), indent=2, default=str)
-        if to_stdout:
-            print(text)
-        else:
-            _write(args.json, text + "\n")
+    _emit_json(args.json, zoo_json(results))
     return 0 if all(r.ok for r in results) else 1
 
 
@@ -275,13 +265,19 @@ def _mutants(args) -> int:
             raise UsageError(f"{path}: {exc}") from None
     if not to_stdout:
         render_mutants(results, console)
-    if args.json:
-        text = json.dumps(mutants_json(results), indent=2, default=str)
-        if to_stdout:
-            print(text)
-        else:
-            _write(args.json, text + "\n")
+    _emit_json(args.json, mutants_json(results))
     return 1 if any(o.outcome == "survived" for outs in results.values() for o in outs) else 0
+
+
+def _emit_json(target: str | None, data) -> None:
+    """``--json FILE`` writes `data` there; ``--json -`` prints it (and nothing else) on stdout."""
+    if not target:
+        return
+    text = json.dumps(data, indent=2, default=str)
+    if target == "-":
+        print(text)
+    else:
+        _write(target, text + "\n")
 
 
 def _write(path: str, text: str) -> None:

@@ -118,6 +118,16 @@ class DumpError(Exception):
         super().__init__(f"{file}:{line}: {message}" if line is not None else f"{file}: {message}")
 
 
+def read_dump(path) -> str:
+    """A dump file's text; a missing or undecodable file is a :class:`DumpError`."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DumpError(path, None, f"cannot read: {exc}") from None
+
+
 # ---------------------------------------------------------------- helpers
 
 def _dotted(expr: ast.AST) -> str | None:
@@ -823,12 +833,7 @@ def parse_graph(text: str, filename: str = "<dump>", groups: dict[str, Any] | No
 def load_graph(path: str, **kw) -> Graph:
     """Read and parse one dump file (keyword arguments as for :func:`parse_graph`)."""
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DumpError(path, None, f"cannot read: {exc}") from None
-    return parse_graph(text, filename=kw.pop("filename", path), **kw)
+    return parse_graph(read_dump(path), filename=kw.pop("filename", path), **kw)
 
 
 def _rank_of(path: str) -> int | None:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.graph import Graph, Node, Source, TensorType
-from .fx_text import DumpError
+from .fx_text import DumpError, read_dump
 
 __all__ = ["is_hlo_text", "parse_hlo", "load_hlo_program", "HloModule", "mark_shared_constants", "DTYPES"]
 
@@ -679,13 +679,8 @@ def load_hlo_program(path_or_text, world_size: int | None = None, *, filename: s
     rank. The rank count is `world_size`, else the ranks the replica groups name (one rank
     when the module has no collective groups)."""
     if filename is None:
-        path = os.fspath(path_or_text)
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DumpError(path, None, f"cannot read: {exc}") from None
-        filename = path
+        filename = os.fspath(path_or_text)
+        text = read_dump(filename)
     else:
         text = path_or_text
     try:
