@@ -23,8 +23,12 @@ DUMPS = [
     ("vLLM Qwen2 fw", "qwen2/paral1_layer1", "qwen2/paral2_layer1", "qwen2.yaml", "fw", None),
     ("Megatron LN-grad bug fw+bw", "bug_missing_layernorm_allreduce/tp1", "bug_missing_layernorm_allreduce/tp2.bug",
      "missing_layernorm_allreduce_both.yaml", "both", {"add_13": "Replicate()"}),
+    ("Megatron LN-grad bug bw", "bug_missing_layernorm_allreduce/tp1", "bug_missing_layernorm_allreduce/tp2.bug",
+     "missing_layernorm_allreduce.yaml", "bw", {"add_13": "Replicate()"}),
     ("HF grad accumulation bug", "bug_grad_accumulation/1step", "bug_grad_accumulation/2step.bug",
      "grad_accumulation.yaml", None, None),
+    ("AWS Llama HLO", "aws_llama/tp1_layer1", "aws_llama/tp2_layer1", "aws_llama.yaml", None, None),
+    ("AWS Llama HLO broken", "aws_llama/tp1_layer1", "aws_llama/tp2_layer1.broken", "aws_llama.yaml", None, None),
 ]
 
 WORLDS = (2, 4, 8)
@@ -61,7 +65,7 @@ def dumps() -> None:
         return
     table = Table(title="graph dumps (seconds)")
     for col in ("pair", "ranks", "verdict", "import s", "verify s", "nodes/rank", "import ms per 100 nodes"):
-        table.add_column(col, justify="right" if col != "pair" else "left")
+        table.add_column(col, justify="right" if col != "pair" else "left", no_wrap=col == "pair")
     for name, seq, dist, relations, kind, expect in DUMPS:
         t0 = time.perf_counter()
         p = prepare_dumps(os.path.join(GRAPHS, seq), os.path.join(GRAPHS, dist),
