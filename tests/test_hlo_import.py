@@ -150,3 +150,39 @@ def test_every_prefix_and_garbling_is_a_graph_or_a_dump_error():
 def test_parse_keeps_computations():
     m = parse_hlo(mlp(3), "m.hlo")
     assert m.entry == "main" and set(m.computations) == {"sum", "main"} and m.group_size() == 2
+
+
+PAD = """HloModule padded
+
+ENTRY %main (x: f32[4,C]) -> f32[6,C2] {
+  %x = f32[4,C]{1,0} parameter(0)
+  %zero = f32[] constant(0)
+  %p = f32[6,CP]{1,0} pad(%x, %zero), padding=1_1xPADCOL
+  ROOT %e = f32[6,CP]{1,0} exponential(%p)
+}
+"""
+
+
+def _pad(cols: int, padcol: str = "0_0") -> str:
+    lo, hi = (int(v) for v in padcol.split("_"))
+    return (PAD.replace("PADCOL", padcol).replace("CP", str(cols + lo + hi)).replace("C2", str(cols + lo + hi))
+            .replace("C", str(cols)))
+
+
+def test_edge_padding_commutes_with_sharding_of_another_dim(tmp_path):
+    """Rows padded with zeros on every rank of a column-sharded x: a Shard(1) of the padded
+    single-device tensor; padding the sharded dim on each rank is not."""
+    seq = write(tmp_path, "seq.hlo", _pad(8))
+    rel = write(tmp_path, "rel.yaml", "inputs:\n  x: Shard(1)\nexpect:\n  out0: Shard(1)\n")
+    report = verify_dumps(seq, write(tmp_path, "dist.hlo", _pad(4)), relations_file=rel, world_size=2)
+    assert report.status == "verified", report.reason
+    wrong = verify_dumps(seq.replace("seq", "seq"), write(tmp_path, "wrong.hlo", _pad(4, "1_0")),
+                         relations_file=write(tmp_path, "rel2.yaml", "inputs:\n  x: Shard(1)\n"), world_size=2)
+    assert wrong.status != "verified"
+
+
+def test_pad_numerics_match_numpy():
+    from shardproof.ops.registry import lookup
+    x = np.arange(6.0).reshape(2, 3)
+    got = lookup("xla.pad").numerics(x, 7.0, "1_0x-1_2")
+    assert np.array_equal(got, np.pad(x[:, 1:], [(1, 0), (0, 2)], constant_values=7.0))

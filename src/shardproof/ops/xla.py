@@ -15,6 +15,7 @@ import numpy as np
 
 from ..algebra import compute, layout
 from ..algebra.layout import Val, shape_of, unmaterialize, vec_array
+from ..algebra.masks import make_fill
 from ..algebra.ranks import combine
 from ..algebra.terms import freeze
 from .aten import _fill, _fits, _pairing
@@ -92,6 +93,53 @@ def _slice_rule(ctx: RuleCtx, x: Val, starts, limits, strides):
 
 
 declare(X + "slice", numerics=_slice_num, rule=_slice_rule, doc="static slice [start:limit:stride] per dim")
+
+
+def _padding(config: str, nd: int) -> list[tuple[int, int, int]]:
+    """HLO ``padding=lo_hi[_interior]x...``: (low, high, interior) per dim."""
+    dims = [tuple(int(v) for v in d.split("_")) for d in config.split("x")] if config else []
+    if len(dims) != nd or any(len(d) not in (2, 3) for d in dims):
+        raise ValueError(f"padding {config!r} does not give low_high[_interior] for each of {nd} dims")
+    return [(d[0], d[1], d[2] if len(d) == 3 else 0) for d in dims]
+
+
+def _pad_num(x, value, config):
+    x = np.asarray(x)
+    for d, (lo, hi, interior) in enumerate(_padding(config, x.ndim)):
+        if interior:
+            raise ValueError("interior padding has no numerics")
+        x = x[(slice(None),) * d + (slice(max(0, -lo), x.shape[d] - max(0, -hi)),)]
+        fill = [(max(0, lo), max(0, hi)) if e == d else (0, 0) for e in range(x.ndim)]
+        x = np.pad(x, fill, constant_values=np.asarray(value).item())
+    return x
+
+
+def _pad_rule(ctx: RuleCtx, x: Val, value: Val, config):
+    """Edge padding is a concatenation with constant blocks (negative padding: a slice);
+    interior padding has no rule."""
+    fill = layout.scalar_value(ctx.terms, value)
+    if fill is None:
+        raise ValueError("pad with a value that is not a constant has no rule")
+    for d, (lo, hi, interior) in enumerate(_padding(config, len(x.vecs))):
+        if interior:
+            raise ValueError("interior padding has no rule")
+        size = shape_of(ctx.terms, x)[d]
+        if lo < 0 or hi < 0:
+            x = layout.slice_(ctx.terms, x, d, max(0, -lo), size - max(0, -hi), 1)
+        pieces = []
+        for width in (max(0, lo), None, max(0, hi)):
+            if width is None:
+                pieces.append(x)
+            elif width:  # a constant block laid out like x on the other dims (a constant holds on any piece)
+                shape = list(ctx.terms.shape(x.t))
+                shape[d] = width
+                block = make_fill(ctx.terms, freeze(fill), shape)
+                pieces.append(Val(block, tuple(None if e == d else v for e, v in enumerate(x.vecs))))
+        x = layout.concat(ctx.terms, pieces, d) if len(pieces) > 1 else x
+    return x
+
+
+declare(X + "pad", numerics=_pad_num, rule=_pad_rule, doc="pad with a constant (edge padding; interior: no rule)")
 
 
 def _known_ints(ctx: RuleCtx, vals) -> list[int] | None:
