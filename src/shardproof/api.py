@@ -6,6 +6,7 @@ engine); the CLI is a thin shell over it.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
@@ -14,8 +15,9 @@ import numpy as np
 from .case import Case
 from .engine.result import Report
 from .engine.verify import ENGINE_STAGES, differing_outputs, verify_graphs
-from .frontends.fx_text import dump_kinds, load_program
+from .frontends.fx_text import dump_kinds, load_program, read_dump
 from .frontends.hlo_text import is_hlo_text, load_hlo_program, mark_shared_constants
+from .frontends.stablehlo_text import is_stablehlo_text, load_stablehlo_program
 from .ir.graph import DistributedProgram, Graph
 from .relations.infer import RelationsFile, load_yaml, parse_spec, resolve_inputs, resolve_outputs
 from .relations.spec import RelationError, parse_relation
@@ -187,30 +189,40 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
     return Prepared(seq, dist, bindings, {s: rel for s, (_, rel) in pairs.items() if rel is not None}, {}, name)
 
 
+XLA_SUFFIXES = (".hlo", ".hlo.txt", ".mlir")
+
+
 def hlo_file(path) -> str | None:
-    """The HLO module `path` names: a file whose text starts with ``HloModule``, or a
-    directory holding exactly one ``*.hlo`` / ``*.hlo.txt`` file; else None."""
+    """The XLA module `path` names: a file of HLO text (``HloModule ...``) or StableHLO
+    (MLIR) text, or a directory holding exactly one ``*.hlo`` / ``*.hlo.txt`` / ``*.mlir``
+    file; else None."""
     if not isinstance(path, (str, os.PathLike)):
         return None
     path = os.fspath(path)
     if os.path.isdir(path):
-        found = sorted(f for f in os.listdir(path) if f.endswith((".hlo", ".hlo.txt")))
+        found = sorted(f for f in os.listdir(path) if f.endswith(XLA_SUFFIXES))
         if len(found) > 1:
-            raise InputError(f"{path} holds several HLO modules ({', '.join(found)}): name the file")
+            raise InputError(f"{path} holds several XLA modules ({', '.join(found)}): name the file")
         return os.path.join(path, found[0]) if found else None
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            head = f.read(4096)
+            head = f.read(1 << 20)
     except OSError:
         return None
-    return path if is_hlo_text(head) else None
+    return path if is_hlo_text(head) or is_stablehlo_text(head) else None
 
 
 def _load_hlo(path: str, world_size: int | None, file: RelationsFile) -> list[Graph]:
+    """An HLO or StableHLO module, once per rank (StableHLO: `world_size`, else the
+    module's ``mhlo.num_partitions``)."""
     if any(file.constants[side] for side in ("seq", "dist")):
         raise InputError(f"{path}: an HLO module prints its constants' values (or elides them: state those "
                          f"'same'); numeric constant values are for FX dumps")
-    return load_hlo_program(path, world_size)
+    text = read_dump(path)
+    if is_stablehlo_text(text):
+        found = re.search(r"mhlo\.num_partitions\s*=\s*(\d+)", text)
+        return load_stablehlo_program(text, world_size or (int(found.group(1)) if found else 1), path)
+    return load_hlo_program(text, world_size, filename=path)
 
 
 def _dump_kind(directories: list) -> str:

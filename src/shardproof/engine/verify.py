@@ -412,7 +412,9 @@ def _relation_holding(terms, relater, snode, sval, dvals, exp, world) -> Optiona
         same = all(v.same(dvals[0]) for v in dvals)
         if not same:
             p = relater.partial(dvals)
-            if p is not None and p.seq_node is snode and (exp is None or exp.op == p.partial):
+            completes = p is not None and (p.seq_node is snode or any(  # the output, or a node of its value
+                node is p.seq_node and v.same(sval) for node, v in relater.by_term.get(sval.t, ())))
+            if completes and (exp is None or exp.op == p.partial):
                 return f'Partial("{p.partial}")'
         if isinstance(exp, Partial):
             return None

@@ -38,7 +38,10 @@ _FILE_LINE_RE = re.compile(r'"([^"]+)":(\d+)')
 
 
 def is_stablehlo_text(text: str) -> bool:
-    return bool(re.match(r"\s*(module\b|func\.func\b)", text)) and ("stablehlo." in text or "func.func" in text)
+    """MLIR text of a module or function (after any ``#loc`` alias lines, as
+    ``as_text(debug_info=True)`` prints them first)."""
+    head = re.match(r"(?:\s*#[\w.]+\s*=[^\n]*\n)*\s*(module\b|func\.func\b)", text)
+    return bool(head) and ("stablehlo." in text or "func.func" in text)
 
 
 def _tensor_type(text: str):
