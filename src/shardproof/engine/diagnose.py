@@ -10,9 +10,18 @@ from ..relations.spec import held
 from ..ops.registry import lookup
 from .result import Finding
 
-COLLECTIVE_PREFIX = "_c10d_functional."
 LINEAR_OPS = {"aten.add", "aten.sub", "aten.cat", "aten.stack"}
 SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select", "xla.slice"}
+SCATTERING_OPS = {"aten.slice_scatter", "xla.dynamic_update_slice"}
+# collectives that move shards along a dim (by their op name in any framework's namespace)
+DIM_COLLECTIVES = {"all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+                   "all_to_all_single"}
+
+
+def is_collective(node: Node) -> bool:
+    """Whether `node` is a collective of any framework (c10d, XLA, vLLM ...), as its op declares."""
+    opdef = lookup(node.op)
+    return opdef is not None and opdef.collective
 
 
 def _src(node: Node | None) -> str | None:
@@ -23,7 +32,7 @@ def counterpart_of(seq, node: Node, input_rels: list, seq_env: dict | None = Non
     """The single-device node computing the same op from the counterparts of the inputs
     (compared by value when the single-device terms are given: views and copies of a
     tensor are the same input)."""
-    if node.op.startswith(COLLECTIVE_PREFIX) or lookup(node.op) is None:
+    if lookup(node.op) is None or is_collective(node):
         return input_rels[0].seq_node if input_rels and input_rels[0] is not None else None
     want = [rel.seq_node if rel is not None else None for rel in input_rels]
     if not want:
@@ -110,9 +119,9 @@ def _reduced_later(graph: Graph, node: Node, status: dict) -> bool:
 def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list, rank: int):
     """An operand whose elements are not elements of the tensor the single-device op reads
     in its place (q, k or v cut from the wrong section of a fused weight, a key read where
-    the value belongs): (operand, what it holds, what belongs there), else None."""
+    the value belongs, an activation applied to the up half of a fused gate-up product): (operand, what it holds, what belongs there), else None."""
     from .verify import positions_in
-    if len(inputs) < 2 or node.op.startswith(COLLECTIVE_PREFIX) or any(
+    if not inputs or is_collective(node) or any(
             rel is None or rel.kind not in ("held", "const") for rel in input_rels):
         return None
     got = [run.dist[rank].get(x) for x in inputs]
@@ -132,7 +141,11 @@ def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list
         differ = [i for i, (w, g) in enumerate(zip(want, got)) if not inside(w, g)]
         if not differ:
             return None
-        if len(differ) < len(got) and (best is None or len(differ) < len(best[1])):
+        # one operand: only another section of the very tensor the single-device op reads
+        # counts (elements of some other tensor are a value mismatch, not a misread)
+        section = len(got) == 1 and isinstance(run.seq.get(want[0]), Val) and isinstance(got[0], Val) \
+            and run.seq[want[0]].t == got[0].t
+        if (len(differ) < len(got) or section) and (best is None or len(differ) < len(best[1])):
             best = (want, differ)
     if best is None:
         return None
@@ -149,13 +162,13 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     op = node.op.split(".")[-1]
     if op in ("empty", "empty_like", "new_empty", "empty_strided"):
         return "broken-dataflow", f"this buffer is read but never written; use the collective's result instead{where}"
-    if node.op.startswith(COLLECTIVE_PREFIX):
+    if is_collective(node):
         reduce_op = node.args[1] if len(node.args) > 2 and isinstance(node.args[1], str) else None
         if op == "all_reduce" and input_rels and input_rels[0] is not None and input_rels[0].kind == "held":
             return "reduced-twice", f"the input of this all_reduce is already complete on every rank: remove the extra all_reduce{where}"
         if reduce_op and reduce_op != "sum" and partial_in:
             return "wrong-reduce-op", f"partial sums must be combined with reduce op 'sum', not '{reduce_op}'{where}"
-        if op in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"):
+        if op in DIM_COLLECTIVES:
             return "wrong-dim", f"the shards are gathered/scattered along a dim that does not match their sharding{where}"
         return "wrong-collective", f"this collective does not produce the single-device value{where}"
     if partial_in:
@@ -173,6 +186,9 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     if node.op in SLICING_OPS:
         return ("wrong-shard-offset", f"this {op} cuts the piece of {on_ranks} at the wrong offset: each rank must "
                                       f"take its own chunk{where}")
+    if node.op in SCATTERING_OPS:
+        return ("wrong-shard-offset", f"this {op} writes a piece on {on_ranks} at the wrong offset (or the wrong "
+                                      f"piece): each piece must land where the single-device program has it{where}")
     if misread is not None:
         operand, holds, belongs = misread
         return ("wrong-shard-offset", f"on {on_ranks}, operand {operand} of this {op} holds single-device {holds} "
