@@ -153,8 +153,34 @@ def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list
     return inputs[i].name, input_rels[i].seq_node.name, best[0][i].name
 
 
+def _borrowed_piece(dist, node: Node, inputs: list, status: list, ranks: list[int]):
+    """An operand that a broken rank holds as the very same proper piece as a correct rank,
+    while another operand's piece differs between them: the broken rank pairs its own piece
+    of one tensor with another rank's piece of the other (a wrong rank -> shard mapping).
+    (operand, correct rank), else None."""
+    def piece(q: int, x: Node):
+        g = dist.graphs[q]
+        rel = status[q].get(g.node(x.name)) if g.has(x.name) else None
+        return rel.positions if rel is not None and rel.kind == "held" else None
+
+    def same(a, b) -> bool:
+        return len(a) == len(b) and all((p is None) == (q is None) and (p is None or np.array_equal(p, q))
+                                        for p, q in zip(a, b))
+    r = ranks[0]
+    for q in (q for q in range(dist.world_size) if q not in ranks):
+        pieces = [(x, piece(r, x), piece(q, x)) for x in inputs]
+        pieces = [(x, a, b) for x, a, b in pieces if a is not None and b is not None]
+        if not any(not same(a, b) for _, a, b in pieces):
+            continue
+        for x, a, b in pieces:
+            if any(p is not None for p in a) and same(a, b):
+                return x.name, q
+    return None
+
+
 def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
-              ratio_of: str = "the value", reduced_later: bool = False, misread=None) -> tuple[str, str]:
+              ratio_of: str = "the value", reduced_later: bool = False, misread=None,
+              borrowed=None) -> tuple[str, str]:
     """The bug class and a one-line fix hint naming the place."""
     where = f" at {node.source}" if node.source else ""
     on_ranks = f"rank(s) {', '.join(map(str, ranks))}"
@@ -204,6 +230,11 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
             return ("partial-sum-never-reduced",
                     f"this {op} adds its bias to a partial sum on every rank, so the bias is counted {world} times: "
                     f"compute without the bias, all_reduce(sum), then add the bias once{where}")
+    if borrowed is not None:
+        operand, other = borrowed
+        return ("wrong-shard-offset", f"on {on_ranks}, operand {operand} of this {op} is the same piece as on rank "
+                                      f"{other} while the other operands are the rank's own: check which shard of "
+                                      f"{operand} each rank takes{where}")
     if len(ranks) < world:
         return ("rank-specific-mismatch",
                 f"{on_ranks} compute this differently from the others: check per-rank constants "
@@ -305,7 +336,8 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
         ref_name, expected_text = None, "a single-device tensor"
     kind, hint = _classify(producer, input_rels, ranks, world, ratio, f"output {output}" if output else "the value",
                            reduced_later=_reduced_later(dist.graphs[r], node, status[r]),
-                           misread=_misread_operand(run, seq, producer, inputs, input_rels, r))
+                           misread=_misread_operand(run, seq, producer, inputs, input_rels, r),
+                           borrowed=_borrowed_piece(dist, producer, inputs, status, ranks))
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
                           for x, rel in zip(inputs, input_rels))
     own = status[r].get(node)
