@@ -167,23 +167,14 @@ def _gelu_softmax_backward_case(dist_inputs, expect: str):
                 inputs={"g": torch.randn(SEQ, HID), "x": torch.randn(SEQ, HID)}, expect={"out": expect})
 
 
-def _softmax_over_column_shards():
-    """The softmax normalizes over the sharded dim: a rank's columns are not the whole softmax."""
-    return _gelu_softmax_backward_case(lambda r, w, i: {k: v.chunk(w, 1)[r] for k, v in i.items()}, "Shard(1)")
-
-
 def test_gelu_and_softmax_backward_follow_shards():
     assert verify(_gelu_softmax_backward_case(_rows, "Shard(0)")).status == "verified"
-    report = verify(_softmax_over_column_shards())
+    # the softmax normalizes over the sharded dim: a rank's columns are not the whole softmax
+    report = verify(_gelu_softmax_backward_case(lambda r, w, i: {k: v.chunk(w, 1)[r] for k, v in i.items()},
+                                                 "Shard(1)"))
     assert report.status == "violation"
     f = report.findings[0]
-    assert (f.node, f.op, f.rank) == ("_softmax", "aten._softmax", [0, 1])
-
-
-@pytest.mark.xfail(strict=True, reason="ops declare no dims they mix, so a softmax over a sharded dim is classed "
-                                       "value-mismatch, not wrong-dim")
-def test_softmax_over_a_sharded_dim_is_a_wrong_dim():
-    assert verify(_softmax_over_column_shards()).findings[0].kind == "wrong-dim"
+    assert (f.node, f.op, f.rank, f.kind) == ("_softmax", "aten._softmax", [0, 1], "wrong-dim")
 
 
 VOCAB = 12

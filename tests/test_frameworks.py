@@ -160,24 +160,15 @@ def test_vllm_rotary_with_another_style_on_one_rank_is_a_violation():
     assert (f.node, f.op, f.rank, f.kind) == ("rope", "_C.rotary_embedding", [1], "rank-specific-mismatch")
 
 
-def _rope_cutting_heads():
+def test_vllm_rotary_cutting_a_head_in_two_is_a_wrong_dim():
     # ranks holding half of every head (Shard of head_size) see different pairs: never exact
-    return verify_dumps(rope_dump(16, 8), [rope_dump(8, 4), rope_dump(8, 4)],
-                        {"q": "Interleaved(1, [2, 2, 2, 2, 2, 2, 2, 2])", "k": "Interleaved(1, [2, 2, 2, 2])",
-                         "pos": "Replicate()", "cache": "Replicate()"})
-
-
-def test_vllm_rotary_cutting_a_head_in_two_is_not_verified():
-    report = _rope_cutting_heads()
+    report = verify_dumps(rope_dump(16, 8), [rope_dump(8, 4), rope_dump(8, 4)],
+                          {"q": "Interleaved(1, [2, 2, 2, 2, 2, 2, 2, 2])", "k": "Interleaved(1, [2, 2, 2, 2])",
+                           "pos": "Replicate()", "cache": "Replicate()"})
     assert report.status == "violation"
     f = report.findings[0]
-    assert (f.node, f.op, f.rank) == ("rope", "_C.rotary_embedding", [0, 1])
-
-
-@pytest.mark.xfail(strict=True, reason="ops declare no dims they mix, so an op reading a shard of a dim it mixes "
-                                       "(rotation pairs cut in two) is classed value-mismatch, not wrong-dim")
-def test_vllm_rotary_cutting_a_head_in_two_is_a_wrong_dim():
-    assert _rope_cutting_heads().findings[0].kind == "wrong-dim"
+    assert (f.node, f.op, f.rank, f.kind) == ("rope", "_C.rotary_embedding", [0, 1], "wrong-dim")
+    assert "along dim 1" in f.hint
 
 
 ATTN = """buf: "f32[5, {hq}, 4]" = torch.ops.aten.empty.memory_format([5, {hq}, 4], dtype = torch.float32)

@@ -8,6 +8,7 @@ from ..algebra.layout import Val
 from ..ir.graph import Graph, Node
 from ..relations.spec import held
 from ..ops.registry import lookup
+from .lockstep import is_collective, resolve
 from .result import Finding
 
 LINEAR_OPS = {"aten.add", "aten.sub", "aten.cat", "aten.stack"}
@@ -16,12 +17,6 @@ SCATTERING_OPS = {"aten.slice_scatter", "xla.dynamic_update_slice"}
 # collectives that move shards along a dim (by their op name in any framework's namespace)
 DIM_COLLECTIVES = {"all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
                    "all_to_all_single"}
-
-
-def is_collective(node: Node) -> bool:
-    """Whether `node` is a collective of any framework (c10d, XLA, vLLM ...), as its op declares."""
-    opdef = lookup(node.op)
-    return opdef is not None and opdef.collective
 
 
 def _src(node: Node | None) -> str | None:
@@ -119,7 +114,8 @@ def _reduced_later(graph: Graph, node: Node, status: dict) -> bool:
 def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list, rank: int):
     """An operand whose elements are not elements of the tensor the single-device op reads
     in its place (q, k or v cut from the wrong section of a fused weight, a key read where
-    the value belongs, an activation applied to the up half of a fused gate-up product): (operand, what it holds, what belongs there), else None."""
+    the value belongs, an activation applied to the up half of a fused gate-up product):
+    (operand, what it holds, what belongs there), else None."""
     from .verify import positions_in
     if not inputs or is_collective(node) or any(
             rel is None or rel.kind not in ("held", "const") for rel in input_rels):
@@ -178,9 +174,45 @@ def _borrowed_piece(dist, node: Node, inputs: list, status: list, ranks: list[in
     return None
 
 
+def _mixed_sharded_dim(counterpart: Node | None, input_rels: list, s_env: dict):
+    """The sharded dim along which the single-device op combines elements (a softmax over
+    it): the op applied to the pieces its operands hold is not the piece of its result.
+    None when it commutes with the pieces, or when that cannot be told."""
+    if counterpart is None or counterpart not in s_env or isinstance(counterpart.type, tuple):
+        return None
+    op_node, index = counterpart, None
+    if counterpart.op == "getitem" and isinstance(counterpart.args[0], Node):  # one result of a multi-result op
+        op_node, index = counterpart.args[0], counterpart.args[1]
+    opdef = lookup(op_node.op)
+    if opdef is None or opdef.collective:
+        return None
+    local, vecs = dict(s_env), None
+    for rel in input_rels:
+        if rel is None or rel.kind != "held" or rel.positions is None or rel.seq_node not in op_node.inputs \
+                or rel.seq_node not in s_env or all(p is None for p in rel.positions):
+            continue
+        local[rel.seq_node] = held(s_env[rel.seq_node], rel.positions)
+        if vecs is None and len(rel.positions) == np.ndim(s_env[counterpart]):
+            vecs = rel.positions
+    if vecs is None:
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            got = opdef.numerics(*resolve(op_node.args, local),
+                                 **{k: resolve(v, local) for k, v in op_node.kwargs.items()})
+            got = got[index] if index is not None else got
+        want = held(s_env[counterpart], vecs)
+    except (ArithmeticError, LookupError, TypeError, ValueError):  # no such pieces to apply it to: nothing to tell
+        return None
+    if isinstance(got, tuple) or np.shape(got) != want.shape or np.allclose(got, want, rtol=1e-9, atol=1e-9,
+                                                                           equal_nan=True):
+        return None
+    return next(d for d, p in enumerate(vecs) if p is not None)
+
+
 def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
               ratio_of: str = "the value", reduced_later: bool = False, misread=None,
-              borrowed=None) -> tuple[str, str]:
+              borrowed=None, mixed_dim: int | None = None) -> tuple[str, str]:
     """The bug class and a one-line fix hint naming the place."""
     where = f" at {node.source}" if node.source else ""
     on_ranks = f"rank(s) {', '.join(map(str, ranks))}"
@@ -235,6 +267,9 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
         return ("wrong-shard-offset", f"on {on_ranks}, operand {operand} of this {op} is the same piece as on rank "
                                       f"{other} while the other operands are the rank's own: check which shard of "
                                       f"{operand} each rank takes{where}")
+    if mixed_dim is not None:
+        return ("wrong-dim", f"this {op} combines elements along dim {mixed_dim}, which the ranks hold in pieces: "
+                             f"shard another dim, or gather dim {mixed_dim} before the {op}{where}")
     if len(ranks) < world:
         return ("rank-specific-mismatch",
                 f"{on_ranks} compute this differently from the others: check per-rank constants "
@@ -337,7 +372,8 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     kind, hint = _classify(producer, input_rels, ranks, world, ratio, f"output {output}" if output else "the value",
                            reduced_later=_reduced_later(dist.graphs[r], node, status[r]),
                            misread=_misread_operand(run, seq, producer, inputs, input_rels, r),
-                           borrowed=_borrowed_piece(dist, producer, inputs, status, ranks))
+                           borrowed=_borrowed_piece(dist, producer, inputs, status, ranks),
+                           mixed_dim=_mixed_sharded_dim(counterpart, input_rels, s_env))
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
                           for x, rel in zip(inputs, input_rels))
     own = status[r].get(node)
