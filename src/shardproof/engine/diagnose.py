@@ -149,7 +149,7 @@ def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list
     return inputs[i].name, input_rels[i].seq_node.name, best[0][i].name
 
 
-def _borrowed_piece(dist, node: Node, inputs: list, status: list, ranks: list[int]):
+def _borrowed_piece(dist, inputs: list, status: list, ranks: list[int]):
     """An operand that a broken rank holds as the very same proper piece as a correct rank,
     while another operand's piece differs between them: the broken rank pairs its own piece
     of one tensor with another rank's piece of the other (a wrong rank -> shard mapping).
@@ -372,7 +372,7 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     kind, hint = _classify(producer, input_rels, ranks, world, ratio, f"output {output}" if output else "the value",
                            reduced_later=_reduced_later(dist.graphs[r], node, status[r]),
                            misread=_misread_operand(run, seq, producer, inputs, input_rels, r),
-                           borrowed=_borrowed_piece(dist, producer, inputs, status, ranks),
+                           borrowed=_borrowed_piece(dist, inputs, status, ranks),
                            mixed_dim=_mixed_sharded_dim(counterpart, input_rels, s_env))
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
                           for x, rel in zip(inputs, input_rels))
