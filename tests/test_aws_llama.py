@@ -34,7 +34,7 @@ def test_real_broken_pair_is_a_violation_at_the_changed_slice():
     report = verify_dumps(os.path.join(GRAPHS, "tp1_layer1"), os.path.join(GRAPHS, "tp2_layer1.broken"), RELATIONS)
     assert report.status == "violation"
     f = report.findings[0]
-    assert (f.node, f.op, f.kind) == ("slice.54", "xla.slice", "wrong-shard-offset")
+    assert (f.node, f.op, f.rank, f.kind) == ("slice.54", "xla.slice", [0, 1], "wrong-shard-offset")
     assert f.source.startswith("/opt/tiger/transformers-neuronx/src/transformers_neuronx/hlo.py:1935")
     assert "[2048:2560)" in f.message
 
@@ -76,14 +76,16 @@ def test_generated_programs_verified_and_agree_numerically(tmp_path, tp, layers)
     assert cross_check(prepare_dumps(seq, dist, rel)) == []
 
 
-@pytest.mark.parametrize("bug, node, kind", [
-    ("k_from_q", "slice.27", "wrong-shard-offset"),
-    ("no_allreduce", "add.94", "partial-sum-never-reduced"),
-    ("rope_swap", "subtract.51", None),
+@pytest.mark.parametrize("bug, node, op, kind", [
+    ("k_from_q", "slice.27", "xla.slice", "wrong-shard-offset"),
+    ("no_allreduce", "add.94", "aten.add", "partial-sum-never-reduced"),
+    # sin and cos swapped: each product is a single-device tensor, their difference is not
+    ("rope_swap", "subtract.51", "aten.sub", "value-mismatch"),
 ])
-def test_generated_bugs_are_violations_at_the_node(tmp_path, bug, node, kind):
-    seq, dist, rel = _pair(tmp_path, 4 if bug == "no_allreduce" else 2, 1, bug=bug)
+def test_generated_bugs_are_violations_at_the_node(tmp_path, bug, node, op, kind):
+    tp = 4 if bug == "no_allreduce" else 2
+    seq, dist, rel = _pair(tmp_path, tp, 1, bug=bug)
     report = verify_dumps(seq, dist, rel)
     assert report.status == "violation"
     f = report.findings[0]
-    assert f.node == node and (kind is None or f.kind == kind)
+    assert (f.node, f.op, f.rank, f.kind) == (node, op, list(range(tp)), kind)

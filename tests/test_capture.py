@@ -93,4 +93,5 @@ def test_wrong_reduce_op_on_partial_is_violation():
                 relations={"x": 'Partial("sum")'})
     report = verify(case)
     assert report.status == "violation"
-    assert report.findings[0].op == "_c10d_functional.all_reduce"
+    f = report.findings[0]
+    assert (f.node, f.op, f.rank, f.kind) == ("all_reduce", "_c10d_functional.all_reduce", [0, 1], "wrong-reduce-op")

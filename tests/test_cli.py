@@ -27,7 +27,7 @@ def test_violation_json(tmp_path):
     f = report["findings"][0]
     for key in ("kind", "rank", "node", "op", "source", "message"):
         assert key in f
-    assert f["op"] == "aten.add" and f["rank"] == [0, 1]
+    assert (f["node"], f["op"], f["rank"], f["kind"]) == ("add", "aten.add", [0, 1], "partial-sum-never-reduced")
     assert "missing_allreduce.py" in f["source"]
     assert {"seconds", "nodes_seq", "nodes_dist"} <= set(report["stats"])
 

@@ -79,16 +79,16 @@ def test_vocab_parallel_lookup_from_saved_masks_verifies(tmp_path, seq_mask):
     assert [o.holds for o in report.outputs] == ["Replicate()"]
 
 
-@pytest.mark.parametrize("bug,output,where,kind", [
-    ({"reduced": False}, "out", "out", "partial-sum-never-reduced"),
+@pytest.mark.parametrize("bug,output,where,op,kind", [
+    ({"reduced": False}, "out", "out", "aten.masked_fill", "partial-sum-never-reduced"),
     # the rows a rank does not own are summed in: the lookup whose result is never masked
-    ({"masked": False}, "wait", "emb", "value-mismatch"),
+    ({"masked": False}, "wait", "emb", "aten.embedding", "value-mismatch"),
 ], ids=["missing-all_reduce", "rows-outside-the-block-not-zeroed"])
-def test_bugs_reading_saved_masks_are_violations(tmp_path, bug, output, where, kind):
+def test_bugs_reading_saved_masks_are_violations(tmp_path, bug, output, where, op, kind):
     report = verify_dumps(*_pair(tmp_path, **bug), kind="fw", expect={output: "Replicate() of emb"})
     assert report.status == "violation", report.findings or report.outputs
     f = report.findings[0]
-    assert (f.node, f.rank, f.kind) == (where, [0, 1], kind)
+    assert (f.node, f.op, f.rank, f.kind) == (where, op, [0, 1], kind)
     assert f.counterexample["single_device"] != f.counterexample["distributed"]
 
 

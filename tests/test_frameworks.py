@@ -43,7 +43,9 @@ def test_apex_layer_norm_on_row_shards_is_verified():
 def test_apex_layer_norm_with_another_eps_on_one_rank_is_a_violation():
     report = verify_dumps(ln_dump(4), [ln_dump(2), ln_dump(2, eps="1e-03")], {"x": "Shard(0)"})
     assert report.status == "violation"
-    assert report.findings[0].rank == [1]
+    f = report.findings[0]
+    assert (f.node, f.op, f.rank, f.kind) == ("fused_layer_norm_affine_fwd", "apex.fused_layer_norm_affine_fwd", [1],
+                                              "rank-specific-mismatch")
 
 
 RMS = """empty_like: "f32[4, {d}]" = torch.ops.aten.empty_like.default(x)
@@ -154,15 +156,19 @@ def test_vllm_rotary_with_another_style_on_one_rank_is_a_violation():
     report = verify_dumps(rope_dump(16, 8), [rope_dump(8, 4), rope_dump(8, 4, neox=False)],
                           {"q": "Shard(1)", "k": "Shard(1)", "pos": "Replicate()", "cache": "Replicate()"})
     assert report.status == "violation"
-    assert report.findings[0].rank == [1]
+    f = report.findings[0]
+    assert (f.node, f.op, f.rank, f.kind) == ("rope", "_C.rotary_embedding", [1], "rank-specific-mismatch")
 
 
-def test_vllm_rotary_cutting_a_head_in_two_is_not_verified():
+def test_vllm_rotary_cutting_a_head_in_two_is_a_wrong_dim():
     # ranks holding half of every head (Shard of head_size) see different pairs: never exact
     report = verify_dumps(rope_dump(16, 8), [rope_dump(8, 4), rope_dump(8, 4)],
                           {"q": "Interleaved(1, [2, 2, 2, 2, 2, 2, 2, 2])", "k": "Interleaved(1, [2, 2, 2, 2])",
                            "pos": "Replicate()", "cache": "Replicate()"})
     assert report.status == "violation"
+    f = report.findings[0]
+    assert (f.node, f.op, f.rank, f.kind) == ("rope", "_C.rotary_embedding", [0, 1], "wrong-dim")
+    assert "along dim 1" in f.hint
 
 
 ATTN = """buf: "f32[5, {hq}, 4]" = torch.ops.aten.empty.memory_format([5, {hq}, 4], dtype = torch.float32)
@@ -191,4 +197,6 @@ def test_vllm_attention_with_the_wrong_kv_head_is_a_violation():
     report = verify_dumps(attn_dump(8, 2), [attn_dump(4, 1)] * 2,
                           {"q": "Shard(1)", "k": "Slices(1, {0: (0, 1), 1: (0, 1)})", "v": "Shard(1)"})
     assert report.status == "violation"
-    assert report.findings[0].rank == [1]
+    f = report.findings[0]
+    assert (f.node, f.op, f.rank, f.kind) == ("attn", "vllm.unified_attention_with_output", [1], "wrong-shard-offset")
+    assert "operand k " in f.hint and "rank 0" in f.hint

@@ -41,14 +41,16 @@ def test_dropped_psum_is_a_partial_sum_never_reduced():
     report = verify_case(_case(os.path.join(JAX, "bugs", "mlp_missing_psum.py"), 4))
     assert report.status == "violation"
     f = report.findings[0]
-    assert f.kind == "partial-sum-never-reduced" and f.op == "xla.dot_general" and f.rank == [0, 1, 2, 3]
+    assert (f.node, f.op, f.rank, f.kind) == ("dot_general.3", "xla.dot_general", [0, 1, 2, 3],
+                                              "partial-sum-never-reduced")
     assert f.source.endswith("models.py:25")
 
 
 def test_wrong_all_gather_axis_is_a_violation_at_the_gather():
     report = verify_case(_case(os.path.join(JAX, "bugs", "sp_wrong_all_gather_axis.py"), 4))
     assert report.status == "violation"
-    assert report.findings[0].op == "xla.all_gather"
+    f = report.findings[0]
+    assert (f.node, f.op, f.rank, f.kind) == ("all_gather.1", "xla.all_gather", [0, 1, 2, 3], "wrong-dim")
 
 
 def test_cli_exit_codes(capsys):

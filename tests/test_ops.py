@@ -16,6 +16,13 @@ class Program(nn.Module):
         return self.fn(x)
 
 
+def _first_finding(report):
+    """(node, op, ranks, bug class) of a violation's first finding."""
+    assert report.status == "violation", report.status
+    f = report.findings[0]
+    return f.node, f.op, f.rank, f.kind
+
+
 def _check(single, distributed, x=None):
     x = torch.randn(8, 3) if x is None else x
     return verify(Case(single=Program(single), distributed=lambda r, w: Program(distributed), inputs={"x": x},
@@ -34,12 +41,15 @@ def test_slice_scatter_pieces_rebuild_the_tensor():
 
 def test_slice_scatter_wrong_split_is_a_violation():
     wrong = lambda x: torch.slice_scatter(_fill_by_slices(x * 2, 4), x[:2] * 2, 0, 2, 4)  # noqa: E731
-    assert _check(lambda x: x * 2, wrong).status == "violation"
+    # the last slice_scatter writes rows 0:2 where rows 2:4 belong
+    assert _first_finding(_check(lambda x: x * 2, wrong)) == (
+        "slice_scatter_2", "aten.slice_scatter", [0, 1], "wrong-shard-offset")
 
 
 def test_rsub_is_linear():
     assert _check(lambda x: 1.0 - 3 * x, lambda x: torch.rsub(x * 3, 1.0)).status == "verified"
-    assert _check(lambda x: 1.0 - 3 * x, lambda x: torch.rsub(x * 3, 2.0)).status == "violation"
+    assert _first_finding(_check(lambda x: 1.0 - 3 * x, lambda x: torch.rsub(x * 3, 2.0))) == (
+        "rsub", "aten.rsub", [0, 1], "value-mismatch")
 
 
 def test_log_softmax_equals_shifted_logsumexp_form():
@@ -61,7 +71,8 @@ def test_triu_is_not_moved_past_a_reshape():
         return torch.triu(x.reshape(4, 6), 1).reshape(8, 3)
     assert _check(lambda x: torch.triu(x.reshape(4, 6), 1).reshape(8, 3), reshaped).status == "verified"
     wrong = lambda x: torch.triu(x, 1)  # noqa: E731  (triu before the reshape: a different tensor)
-    assert _check(lambda x: torch.triu(x.reshape(4, 6), 1).reshape(8, 3), wrong).status == "violation"
+    assert _first_finding(_check(lambda x: torch.triu(x.reshape(4, 6), 1).reshape(8, 3), wrong)) == (
+        "triu", "aten.triu", [0, 1], "value-mismatch")
 
 
 class WhereMaskedEmbedding(nn.Module):
@@ -128,12 +139,22 @@ def test_vllm_masked_vocab_parallel_embedding(world):
     assert verify(case).status == "verified"
 
 
-def test_vllm_masked_vocab_parallel_embedding_with_shifted_ranges_is_a_violation():
+def _shifted_vocab_ranges():
+    """Rank 1's vocabulary range starts one id late (rank 0's is right)."""
     table = torch.randn(24, 4)
-    ids = torch.arange(24).reshape(4, 6)
-    case = Case(single=Lookup(table), distributed=lambda r, w: VllmMaskedEmbedding(table, r, w, shift=r),
-                inputs={"ids": ids}, world_size=2, expect={"out": "Replicate()"})
-    assert verify(case).status == "violation"
+    return Case(single=Lookup(table), distributed=lambda r, w: VllmMaskedEmbedding(table, r, w, shift=r),
+                inputs={"ids": torch.arange(24).reshape(4, 6)}, world_size=2, expect={"out": "Replicate()"})
+
+
+def test_vllm_masked_vocab_parallel_embedding_with_shifted_ranges_is_a_violation():
+    assert verify(_shifted_vocab_ranges()).status == "violation"
+
+
+@pytest.mark.xfail(strict=True, reason="rank-local masks relate to no single-device tensor even when right, so "
+                                       "the engine blames the first mask on every rank (value-mismatch) instead of "
+                                       "rank 1's shifted range bound")
+def test_vllm_masked_vocab_parallel_embedding_with_shifted_ranges_is_blamed_on_the_shifted_rank():
+    assert _first_finding(verify(_shifted_vocab_ranges())) == ("ge", "aten.ge", [1], "wrong-shard-offset")
 
 
 class FusedGateUp(nn.Module):
@@ -169,7 +190,8 @@ def test_fused_gate_up_sharded_plainly_is_a_violation():
     case = Case(single=FusedGateUp(gate_up, down),
                 distributed=lambda r, w: FusedGateUp(gate_up, down, r, w, interleaved=False),
                 inputs={"x": torch.randn(3, 6)}, world_size=2, expect={"out": "Replicate()"})
-    assert verify(case).status == "violation"
+    # rank 1's plain chunk of [gate | up] is all up: its "gate" half is a section of up
+    assert _first_finding(verify(case)) == ("silu", "aten.silu", [1], "wrong-shard-offset")
 
 
 def test_elementwise_of_windows_at_different_offsets_is_exact():
@@ -177,7 +199,8 @@ def test_elementwise_of_windows_at_different_offsets_is_exact():
     # columns cut from a concatenation
     single = lambda x: x[:, 1:] * x[:, :-1]  # noqa: E731
     assert _check(single, lambda x: torch.cat([x, x], 1)[:, 4:6] * x[:, :2]).status == "verified"
-    assert _check(single, lambda x: x[:, 1:] * x[:, 1:]).status == "violation"
+    assert _first_finding(_check(single, lambda x: x[:, 1:] * x[:, 1:])) == (
+        "slice_2", "aten.slice", [0, 1], "wrong-shard-offset")
 
 
 def test_mask_normal_forms():

@@ -265,3 +265,18 @@ def test_small_qwen2_dump_bugs_are_violations(bug, node, op, ranks, kind):
 def test_small_qwen2_dump_with_wrong_relations_is_a_violation(edit):
     report, _ = verify_small(Config(), 2, spec_edit=edit)
     assert report.status == "violation", report.reason
+
+
+def test_small_qwen2_dump_with_gate_up_stated_as_plain_rows_is_blamed_on_the_activation():
+    # stated as Shard(0), rank 0's [gate | up] rows are all gate: silu_and_mul's up half reads gate
+    report, _ = verify_small(Config(), 2, spec_edit={"gate_up*": "Shard(0)"})
+    f = report.findings[0]
+    assert (f.node, f.op, f.rank) == ("act_af0", "_C.silu_and_mul", [0, 1])
+
+
+@pytest.mark.xfail(strict=True, reason="silu_and_mul reads one fused operand and splits it itself, so the engine "
+                                       "cannot see that its up half holds gate elements: value-mismatch, not "
+                                       "wrong-shard-offset")
+def test_small_qwen2_dump_with_gate_up_stated_as_plain_rows_is_a_wrong_shard_offset():
+    report, _ = verify_small(Config(), 2, spec_edit={"gate_up*": "Shard(0)"})
+    assert report.findings[0].kind == "wrong-shard-offset"

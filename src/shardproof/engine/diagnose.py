@@ -8,11 +8,15 @@ from ..algebra.layout import Val
 from ..ir.graph import Graph, Node
 from ..relations.spec import held
 from ..ops.registry import lookup
+from .lockstep import is_collective, resolve
 from .result import Finding
 
-COLLECTIVE_PREFIX = "_c10d_functional."
 LINEAR_OPS = {"aten.add", "aten.sub", "aten.cat", "aten.stack"}
 SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select", "xla.slice"}
+SCATTERING_OPS = {"aten.slice_scatter", "xla.dynamic_update_slice"}
+# collectives that move shards along a dim (by their op name in any framework's namespace)
+DIM_COLLECTIVES = {"all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+                   "all_to_all_single"}
 
 
 def _src(node: Node | None) -> str | None:
@@ -23,7 +27,7 @@ def counterpart_of(seq, node: Node, input_rels: list, seq_env: dict | None = Non
     """The single-device node computing the same op from the counterparts of the inputs
     (compared by value when the single-device terms are given: views and copies of a
     tensor are the same input)."""
-    if node.op.startswith(COLLECTIVE_PREFIX) or lookup(node.op) is None:
+    if lookup(node.op) is None or is_collective(node):
         return input_rels[0].seq_node if input_rels and input_rels[0] is not None else None
     want = [rel.seq_node if rel is not None else None for rel in input_rels]
     if not want:
@@ -110,9 +114,10 @@ def _reduced_later(graph: Graph, node: Node, status: dict) -> bool:
 def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list, rank: int):
     """An operand whose elements are not elements of the tensor the single-device op reads
     in its place (q, k or v cut from the wrong section of a fused weight, a key read where
-    the value belongs): (operand, what it holds, what belongs there), else None."""
+    the value belongs, an activation applied to the up half of a fused gate-up product):
+    (operand, what it holds, what belongs there), else None."""
     from .verify import positions_in
-    if len(inputs) < 2 or node.op.startswith(COLLECTIVE_PREFIX) or any(
+    if not inputs or is_collective(node) or any(
             rel is None or rel.kind not in ("held", "const") for rel in input_rels):
         return None
     got = [run.dist[rank].get(x) for x in inputs]
@@ -132,7 +137,11 @@ def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list
         differ = [i for i, (w, g) in enumerate(zip(want, got)) if not inside(w, g)]
         if not differ:
             return None
-        if len(differ) < len(got) and (best is None or len(differ) < len(best[1])):
+        # one operand: only another section of the very tensor the single-device op reads
+        # counts (elements of some other tensor are a value mismatch, not a misread)
+        section = len(got) == 1 and isinstance(run.seq.get(want[0]), Val) and isinstance(got[0], Val) \
+            and run.seq[want[0]].t == got[0].t
+        if (len(differ) < len(got) or section) and (best is None or len(differ) < len(best[1])):
             best = (want, differ)
     if best is None:
         return None
@@ -140,8 +149,70 @@ def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list
     return inputs[i].name, input_rels[i].seq_node.name, best[0][i].name
 
 
+def _borrowed_piece(dist, inputs: list, status: list, ranks: list[int]):
+    """An operand that a broken rank holds as the very same proper piece as a correct rank,
+    while another operand's piece differs between them: the broken rank pairs its own piece
+    of one tensor with another rank's piece of the other (a wrong rank -> shard mapping).
+    (operand, correct rank), else None."""
+    def piece(q: int, x: Node):
+        g = dist.graphs[q]
+        rel = status[q].get(g.node(x.name)) if g.has(x.name) else None
+        return rel.positions if rel is not None and rel.kind == "held" else None
+
+    def same(a, b) -> bool:
+        return len(a) == len(b) and all((p is None) == (q is None) and (p is None or np.array_equal(p, q))
+                                        for p, q in zip(a, b))
+    r = ranks[0]
+    for q in (q for q in range(dist.world_size) if q not in ranks):
+        pieces = [(x, piece(r, x), piece(q, x)) for x in inputs]
+        pieces = [(x, a, b) for x, a, b in pieces if a is not None and b is not None]
+        if not any(not same(a, b) for _, a, b in pieces):
+            continue
+        for x, a, b in pieces:
+            if any(p is not None for p in a) and same(a, b):
+                return x.name, q
+    return None
+
+
+def _mixed_sharded_dim(counterpart: Node | None, input_rels: list, s_env: dict):
+    """The sharded dim along which the single-device op combines elements (a softmax over
+    it): the op applied to the pieces its operands hold is not the piece of its result.
+    None when it commutes with the pieces, or when that cannot be told."""
+    if counterpart is None or counterpart not in s_env or isinstance(counterpart.type, tuple):
+        return None
+    op_node, index = counterpart, None
+    if counterpart.op == "getitem" and isinstance(counterpart.args[0], Node):  # one result of a multi-result op
+        op_node, index = counterpart.args[0], counterpart.args[1]
+    opdef = lookup(op_node.op)
+    if opdef is None or opdef.collective:
+        return None
+    local, vecs = dict(s_env), None
+    for rel in input_rels:
+        if rel is None or rel.kind != "held" or rel.positions is None or rel.seq_node not in op_node.inputs \
+                or rel.seq_node not in s_env or all(p is None for p in rel.positions):
+            continue
+        local[rel.seq_node] = held(s_env[rel.seq_node], rel.positions)
+        if vecs is None and len(rel.positions) == np.ndim(s_env[counterpart]):
+            vecs = rel.positions
+    if vecs is None:
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            got = opdef.numerics(*resolve(op_node.args, local),
+                                 **{k: resolve(v, local) for k, v in op_node.kwargs.items()})
+            got = got[index] if index is not None else got
+        want = held(s_env[counterpart], vecs)
+    except (ArithmeticError, LookupError, TypeError, ValueError):  # no such pieces to apply it to: nothing to tell
+        return None
+    if isinstance(got, tuple) or np.shape(got) != want.shape or np.allclose(got, want, rtol=1e-9, atol=1e-9,
+                                                                           equal_nan=True):
+        return None
+    return next(d for d, p in enumerate(vecs) if p is not None)
+
+
 def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
-              ratio_of: str = "the value", reduced_later: bool = False, misread=None) -> tuple[str, str]:
+              ratio_of: str = "the value", reduced_later: bool = False, misread=None,
+              borrowed=None, mixed_dim: int | None = None) -> tuple[str, str]:
     """The bug class and a one-line fix hint naming the place."""
     where = f" at {node.source}" if node.source else ""
     on_ranks = f"rank(s) {', '.join(map(str, ranks))}"
@@ -149,13 +220,13 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     op = node.op.split(".")[-1]
     if op in ("empty", "empty_like", "new_empty", "empty_strided"):
         return "broken-dataflow", f"this buffer is read but never written; use the collective's result instead{where}"
-    if node.op.startswith(COLLECTIVE_PREFIX):
+    if is_collective(node):
         reduce_op = node.args[1] if len(node.args) > 2 and isinstance(node.args[1], str) else None
         if op == "all_reduce" and input_rels and input_rels[0] is not None and input_rels[0].kind == "held":
             return "reduced-twice", f"the input of this all_reduce is already complete on every rank: remove the extra all_reduce{where}"
         if reduce_op and reduce_op != "sum" and partial_in:
             return "wrong-reduce-op", f"partial sums must be combined with reduce op 'sum', not '{reduce_op}'{where}"
-        if op in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"):
+        if op in DIM_COLLECTIVES:
             return "wrong-dim", f"the shards are gathered/scattered along a dim that does not match their sharding{where}"
         return "wrong-collective", f"this collective does not produce the single-device value{where}"
     if partial_in:
@@ -173,6 +244,9 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     if node.op in SLICING_OPS:
         return ("wrong-shard-offset", f"this {op} cuts the piece of {on_ranks} at the wrong offset: each rank must "
                                       f"take its own chunk{where}")
+    if node.op in SCATTERING_OPS:
+        return ("wrong-shard-offset", f"this {op} writes a piece on {on_ranks} at the wrong offset (or the wrong "
+                                      f"piece): each piece must land where the single-device program has it{where}")
     if misread is not None:
         operand, holds, belongs = misread
         return ("wrong-shard-offset", f"on {on_ranks}, operand {operand} of this {op} holds single-device {holds} "
@@ -188,6 +262,14 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
             return ("partial-sum-never-reduced",
                     f"this {op} adds its bias to a partial sum on every rank, so the bias is counted {world} times: "
                     f"compute without the bias, all_reduce(sum), then add the bias once{where}")
+    if borrowed is not None:
+        operand, other = borrowed
+        return ("wrong-shard-offset", f"on {on_ranks}, operand {operand} of this {op} is the same piece as on rank "
+                                      f"{other} while the other operands are the rank's own: check which shard of "
+                                      f"{operand} each rank takes{where}")
+    if mixed_dim is not None:
+        return ("wrong-dim", f"this {op} combines elements along dim {mixed_dim}, which the ranks hold in pieces: "
+                             f"shard another dim, or gather dim {mixed_dim} before the {op}{where}")
     if len(ranks) < world:
         return ("rank-specific-mismatch",
                 f"{on_ranks} compute this differently from the others: check per-rank constants "
@@ -289,7 +371,9 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
         ref_name, expected_text = None, "a single-device tensor"
     kind, hint = _classify(producer, input_rels, ranks, world, ratio, f"output {output}" if output else "the value",
                            reduced_later=_reduced_later(dist.graphs[r], node, status[r]),
-                           misread=_misread_operand(run, seq, producer, inputs, input_rels, r))
+                           misread=_misread_operand(run, seq, producer, inputs, input_rels, r),
+                           borrowed=_borrowed_piece(dist, inputs, status, ranks),
+                           mixed_dim=_mixed_sharded_dim(counterpart, input_rels, s_env))
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
                           for x, rel in zip(inputs, input_rels))
     own = status[r].get(node)
