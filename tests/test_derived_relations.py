@@ -81,8 +81,8 @@ def test_vocab_parallel_lookup_from_saved_masks_verifies(tmp_path, seq_mask):
 
 @pytest.mark.parametrize("bug,output,where,op,kind", [
     ({"reduced": False}, "out", "out", "aten.masked_fill", "partial-sum-never-reduced"),
-    # the rows a rank does not own are summed in: the lookup whose result is never masked
-    ({"masked": False}, "wait", "emb", "aten.embedding", "value-mismatch"),
+    # the rows a rank does not own are summed in: the all_reduce of unmasked local lookups
+    ({"masked": False}, "wait", "all_reduce", "_c10d_functional.all_reduce", "value-mismatch"),
 ], ids=["missing-all_reduce", "rows-outside-the-block-not-zeroed"])
 def test_bugs_reading_saved_masks_are_violations(tmp_path, bug, output, where, op, kind):
     report = verify_dumps(*_pair(tmp_path, **bug), kind="fw", expect={output: "Replicate() of emb"})

@@ -249,9 +249,9 @@ def test_small_qwen2_dump_multi_query():
 
 @pytest.mark.parametrize("bug,node,op,ranks,kind", [
     ("key_reads_query", "attn0", "vllm.unified_attention_with_output", [1], "wrong-shard-offset"),
-    # rank 1's vocabulary mask is off by one; the first op of the mask is blamed, but on every
-    # rank: the masks are rank-local on all ranks and no later tensor relates again
-    ("vocab_range", "ge", "aten.ge", [0, 1], "value-mismatch"),
+    # rank 1's vocabulary mask is off by one: the masks are rank-local values, rank 1's lookup
+    # through them is where its range and its rows disagree
+    ("vocab_range", "embedding", "aten.embedding", [1], "rank-specific-mismatch"),
     ("missing_all_reduce", "ln2_af0", "_C.fused_add_rms_norm", [0, 1], "partial-sum-never-reduced"),
 ])
 def test_small_qwen2_dump_bugs_are_violations(bug, node, op, ranks, kind):

@@ -27,6 +27,7 @@ def counterpart_of(seq, node: Node, input_rels: list, seq_env: dict | None = Non
     """The single-device node computing the same op from the counterparts of the inputs
     (compared by value when the single-device terms are given: views and copies of a
     tensor are the same input)."""
+    input_rels = [None if rel is not None and rel.kind == "local" else rel for rel in input_rels]  # no counterpart
     if lookup(node.op) is None or is_collective(node):
         return input_rels[0].seq_node if input_rels and input_rels[0] is not None else None
     want = [rel.seq_node if rel is not None else None for rel in input_rels]
@@ -222,6 +223,10 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
         return "broken-dataflow", f"this buffer is read but never written; use the collective's result instead{where}"
     if is_collective(node):
         reduce_op = node.args[1] if len(node.args) > 2 and isinstance(node.args[1], str) else None
+        if any(rel is not None and rel.kind == "local" for rel in input_rels):
+            return "value-mismatch", (f"the ranks' values combined here are rank-local lookups that still hold the "
+                                      f"rows outside each rank's range: zero those rows (x[~in_range] = 0) before "
+                                      f"this {op}{where}")
         if op == "all_reduce" and input_rels and input_rels[0] is not None and input_rels[0].kind == "held":
             return "reduced-twice", f"the input of this all_reduce is already complete on every rank: remove the extra all_reduce{where}"
         if reduce_op and reduce_op != "sum" and partial_in:
@@ -387,7 +392,9 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                 cex = _evidence(want, got, s_in, q, own.seq_node.name, node.name)[0] or cex
                 if cex is not None:
                     break
+        returned = [o for o in outputs if dist.graphs[r].outputs.get(o) is node]
         return Finding("partial-sum-never-reduced", ranks, node.name, node.op, _src(node), expected, held_text,
+                       (f"output {returned[0]}: " if returned else "") +
                        f"{node.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} holds only "
                        f"{held_text} (expected {expected}); its inputs: {rels_text or 'none'}",
                        f"all_reduce(sum) {node.name} over the group before it is used as the whole value{where}", cex)

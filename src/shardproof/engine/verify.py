@@ -49,12 +49,13 @@ class Related:
     seq_node: Node
     positions: Optional[list]  # per dim: positions in the single-device tensor (None = all); None unless held
     partial: Optional[str] = None  # the reduce op when the ranks' values combine to seq_node
-    kind: str = "held"  # held | partial | view (a reshape/permute of it) | const | input
+    kind: str = "held"  # held | partial | view (a reshape/permute of it) | const | input | local
 
     def describe(self) -> str:
         if self.kind == "partial":
             return f'Partial("{self.partial}")'
-        return {"view": "a view", "const": "a constant", "input": "an input"}.get(self.kind, "held")
+        return {"view": "a view", "const": "a constant", "input": "an input",
+                "local": "a rank-local index or piece"}.get(self.kind, "held")
 
 
 def _tensor_vals(value) -> list:
@@ -505,8 +506,27 @@ def _status(run: SymbolicRun, relater: Relater, dist: DistributedProgram):
                 peers = [by_name[q].get(n.name) for q in range(world)]
                 if all(p is not None for p in peers):
                     rel = relater.partial([run.dist[q].get(p) for q, p in enumerate(peers)])
+            if rel is None and _rank_local(run.terms, n, v, status[r]):
+                rel = Related(n, None, kind="local")
             status[r][n] = rel
     return status
+
+
+LOCAL_PIECES = {"lookup_in", "range_lookup"}  # lemma forms: a rank's piece of a sum over ranks
+
+
+def _rank_local(terms: TermStore, node: Node, v: Val, status: dict) -> bool:
+    """A value every correct program may hold without a single-device counterpart: index
+    arithmetic and masks computed from related integer/boolean tensors and constants (a
+    rank's vocabulary range), or a piece a lemma recognized (a lookup within the rank's
+    range). Its readers, not it, are where a relation can break."""
+    if terms[v.t].op in LOCAL_PIECES:
+        return True
+    dtype = getattr(node.type, "dtype", "")
+    return dtype.startswith(("b", "i", "u")) and all(
+        status.get(x) is not None and (status[x].kind in ("input", "const", "local") or
+                                       str(getattr(x.type, "dtype", "")).startswith(("b", "i", "u")))
+        for x in node.inputs if x in status)
 
 
 @dataclass
@@ -531,7 +551,7 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     found: dict[str, tuple[Node, list[int], bool, int]] = {}
     # a tensor every rank relates to the single-device program (not a constant: one rank's
     # offset may be 0): where a legitimate rank-local intermediate's dataflow relates again
-    names = set.intersection(*({n.name for n, rel in st.items() if rel is not None and rel.kind != "const"}
+    names = set.intersection(*({n.name for n, rel in st.items() if rel is not None and rel.kind not in ("const", "local")}
                                for st in status))
     for r, g in enumerate(dist.graphs):
         users = g.users()
@@ -548,13 +568,17 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
                 found[key][1].append(r)
             else:
                 found[key] = (n, [r], recovers, i)
-    if not found:
-        return _misrouted_output(run, relater, seq, dist, broken, status)
-    n, ranks, recovers, _ = min(found.values(), key=lambda f: (f[2], f[3]))
-    if recovers:  # everything unrelated relates again later: the break is an output held wrongly
+    misrouted = None if found else _misrouted_output(run, relater, seq, dist, broken, status)
+    if misrouted is not None:
+        return misrouted
+    if min((f[2] for f in found.values()), default=True):
+        # every unrelated tensor relates again later: the break is an output held wrongly
         wrong = _related_wrongly(dist, status, broken)
         if wrong is not None:
             return Localized(wrong[0], wrong[1], status, wrong[0], recovers=False)
+    if not found:
+        return None
+    n, ranks, recovers, _ = min(found.values(), key=lambda f: (f[2], f[3]))
     culprit = _misaligned_slice(n, status[ranks[0]])
     if culprit is not None:
         return Localized(culprit, ranks, status, culprit, recovers=recovers)
@@ -576,7 +600,10 @@ def _related_wrongly(dist: DistributedProgram, status: list, broken: list[str]):
     for o in broken:
         nodes = [g.outputs.get(o) for g in dist.graphs]
         if all(n is not None and status[r].get(n) is not None for r, n in enumerate(nodes)):
-            return nodes[0], list(range(len(nodes)))
+            node = nodes[0]
+            while node.op == "aten.alias" and node.args and isinstance(node.args[0], Node):
+                node = node.args[0]  # name the op that produced it
+            return node, list(range(len(nodes)))
     return None
 
 
