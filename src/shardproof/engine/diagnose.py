@@ -140,6 +140,15 @@ def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list
     return inputs[i].name, input_rels[i].seq_node.name, best[0][i].name
 
 
+EMPTY_OPS = ("empty", "empty_like", "new_empty", "empty_strided")
+
+
+def _whole(rel) -> bool:
+    """`rel` holds every element of its single-device tensor (in order)."""
+    return rel.positions is None or all(p is None or np.array_equal(p, np.arange(size))
+                                        for p, size in zip(rel.positions, rel.seq_node.shape))
+
+
 def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
               ratio_of: str = "the value", reduced_later: bool = False, misread=None) -> tuple[str, str]:
     """The bug class and a one-line fix hint naming the place."""
@@ -147,14 +156,25 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     on_ranks = f"rank(s) {', '.join(map(str, ranks))}"
     partial_in = any(rel is not None and rel.partial == "sum" for rel in input_rels)
     op = node.op.split(".")[-1]
-    if op in ("empty", "empty_like", "new_empty", "empty_strided"):
+    if op in EMPTY_OPS:
         return "broken-dataflow", f"this buffer is read but never written; use the collective's result instead{where}"
+    unwritten = [x.name for x in node.inputs if x.op.split(".")[-1] in EMPTY_OPS]
+    if unwritten:
+        return ("broken-dataflow", f"this {op} reads {', '.join(unwritten)}, a buffer that is never written (a "
+                                   f"collective or copy that should fill it is missing): use the value meant for it{where}")
     if node.op.startswith(COLLECTIVE_PREFIX):
         reduce_op = node.args[1] if len(node.args) > 2 and isinstance(node.args[1], str) else None
-        if op == "all_reduce" and input_rels and input_rels[0] is not None and input_rels[0].kind == "held":
-            return "reduced-twice", f"the input of this all_reduce is already complete on every rank: remove the extra all_reduce{where}"
+        first = input_rels[0] if input_rels else None
+        if op == "all_reduce" and first is not None and first.kind == "held":
+            if _whole(first):
+                return "reduced-twice", f"the input of this all_reduce is already complete on every rank: remove the extra all_reduce{where}"
+            return ("wrong-collective", f"the input of this all_reduce is a piece (shard) of the value, not a partial "
+                                        f"sum: all_gather the pieces instead of summing them{where}")
         if reduce_op and reduce_op != "sum" and partial_in:
             return "wrong-reduce-op", f"partial sums must be combined with reduce op 'sum', not '{reduce_op}'{where}"
+        if op.startswith("all_gather") and partial_in:
+            return ("wrong-collective", f"this {op} gathers partial sums, which must be summed: use all_reduce(sum) "
+                                        f"(or reduce_scatter) instead{where}")
         if op in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"):
             return "wrong-dim", f"the shards are gathered/scattered along a dim that does not match their sharding{where}"
         return "wrong-collective", f"this collective does not produce the single-device value{where}"
