@@ -12,8 +12,12 @@ WORLD_SIZES = (2, 4)
 
 
 class PowMutant(ParallelLlamaBlock):
+    MUTATED_RANKS = None  # None: every rank
+
     def __init__(self, full, rank, world):
         super().__init__(full, rank, world)
+        if self.MUTATED_RANKS is not None and rank not in self.MUTATED_RANKS:
+            return
         for norm in (self.attention_norm, self.ffn_norm):
             norm.forward = lambda x, norm=norm: x * torch.rsqrt(
                 x.pow(2.5).mean(-1, keepdim=True) + norm.eps) * norm.weight  # BUG: exponent 2.5, not 2
