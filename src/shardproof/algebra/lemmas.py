@@ -178,7 +178,10 @@ def _scale_linear(terms, attrs, children, shape):
 
 def _sum_linear(terms: TermStore, ts: list[int]):
     """Σ_r of linear forms: parts common to all ranks scale by N; the rest pair up by
-    coefficient (one part per coefficient per rank) and sum recursively."""
+    coefficient and, among parts of one coefficient, by what they compute from which operands
+    (op and children, not the per-rank piece their attrs select), and sum recursively.
+    Regrouping Σ_r Σ_i c_i t_ri as Σ_i c_i Σ_r t_ri holds for any pairing; this one lets
+    ``a_r + b_r`` (two partial sums added before one all_reduce) complete a and b apart."""
     from .ranks import sum_terms
     forms = [linear_parts(terms, t) for t in ts]
     if all(len(f) == 1 and next(iter(f.values())) == 1 for f in forms):
@@ -186,13 +189,16 @@ def _sum_linear(terms: TermStore, ts: list[int]):
     shape = terms[ts[0]].shape
     common = {t: c for t, c in forms[0].items() if all(f.get(t) == c for f in forms)}
     acc = {t: c * len(ts) for t, c in common.items()}
-    rest = [{t: c for t, c in f.items() if t not in common} for f in forms]
-    coefs = sorted(rest[0].values())
-    if any(sorted(r.values()) != coefs for r in rest) or len(set(coefs)) != len(coefs):
+
+    def paired(form):
+        rest = [(c, t) for t, c in form.items() if t not in common]
+        return sorted(rest, key=lambda p: (p[0], terms[p[1]].op, terms[p[1]].children, terms.shape(p[1]), p[1]))
+    rest = [paired(f) for f in forms]
+    coefs = [c for c, _ in rest[0]]
+    if any([c for c, _ in r] != coefs for r in rest):
         return None
-    for c in coefs:
-        picked = [next(t for t, cc in r.items() if cc == c) for r in rest]
-        summed = sum_terms(terms, picked)
+    for i, c in enumerate(coefs):
+        summed = sum_terms(terms, [r[i][1] for r in rest])
         acc[summed] = acc.get(summed, Fraction(0)) + c
     return linear(terms, acc, shape)
 

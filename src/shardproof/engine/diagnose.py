@@ -211,6 +211,15 @@ def _mixed_sharded_dim(counterpart: Node | None, input_rels: list, s_env: dict):
     return next(d for d, p in enumerate(vecs) if p is not None)
 
 
+EMPTY_OPS = ("empty", "empty_like", "new_empty", "empty_strided")
+
+
+def _whole(rel) -> bool:
+    """`rel` holds every element of its single-device tensor (in order)."""
+    return rel.positions is None or all(p is None or np.array_equal(p, np.arange(size))
+                                        for p, size in zip(rel.positions, rel.seq_node.shape))
+
+
 def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
               ratio_of: str = "the value", reduced_later: bool = False, misread=None,
               borrowed=None, mixed_dim: int | None = None) -> tuple[str, str]:
@@ -219,18 +228,25 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     on_ranks = f"rank(s) {', '.join(map(str, ranks))}"
     partial_in = any(rel is not None and rel.partial == "sum" for rel in input_rels)
     op = node.op.split(".")[-1]
-    if op in ("empty", "empty_like", "new_empty", "empty_strided"):
+    if op in EMPTY_OPS:
         return "broken-dataflow", f"this buffer is read but never written; use the collective's result instead{where}"
     if is_collective(node):
         reduce_op = node.args[1] if len(node.args) > 2 and isinstance(node.args[1], str) else None
+        first = input_rels[0] if input_rels else None
         if any(rel is not None and rel.kind == "local" for rel in input_rels):
             return "value-mismatch", (f"the ranks' values combined here are rank-local lookups that still hold the "
                                       f"rows outside each rank's range: zero those rows (x[~in_range] = 0) before "
                                       f"this {op}{where}")
-        if op == "all_reduce" and input_rels and input_rels[0] is not None and input_rels[0].kind == "held":
-            return "reduced-twice", f"the input of this all_reduce is already complete on every rank: remove the extra all_reduce{where}"
+        if op == "all_reduce" and first is not None and first.kind == "held":
+            if _whole(first):
+                return "reduced-twice", f"the input of this all_reduce is already complete on every rank: remove the extra all_reduce{where}"
+            return ("wrong-collective", f"the input of this all_reduce is a piece (shard) of the value, not a partial "
+                                        f"sum: all_gather the pieces instead of summing them{where}")
         if reduce_op and reduce_op != "sum" and partial_in:
             return "wrong-reduce-op", f"partial sums must be combined with reduce op 'sum', not '{reduce_op}'{where}"
+        if op.startswith("all_gather") and partial_in:
+            return ("wrong-collective", f"this {op} gathers partial sums, which must be summed: use all_reduce(sum) "
+                                        f"(or reduce_scatter) instead{where}")
         if op in DIM_COLLECTIVES:
             return "wrong-dim", f"the shards are gathered/scattered along a dim that does not match their sharding{where}"
         return "wrong-collective", f"this collective does not produce the single-device value{where}"
@@ -272,6 +288,10 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
         return ("wrong-shard-offset", f"on {on_ranks}, operand {operand} of this {op} is the same piece as on rank "
                                       f"{other} while the other operands are the rank's own: check which shard of "
                                       f"{operand} each rank takes{where}")
+    unwritten = [x.name for x in node.inputs if x.op.split(".")[-1] in EMPTY_OPS]
+    if unwritten:
+        return ("broken-dataflow", f"this {op} reads {', '.join(unwritten)}, a buffer that is never written (a "
+                                   f"collective or copy that should fill it is missing): use the value meant for it{where}")
     if mixed_dim is not None:
         return ("wrong-dim", f"this {op} combines elements along dim {mixed_dim}, which the ranks hold in pieces: "
                              f"shard another dim, or gather dim {mixed_dim} before the {op}{where}")

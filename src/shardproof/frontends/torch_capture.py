@@ -153,7 +153,9 @@ def _reduce_scatter_tensor(fc, output, input, op=dist.ReduceOp.SUM, group=None):
 
 
 def _all_to_all_single(fc, output, input, output_split_sizes=None, input_split_sizes=None, group=None):
-    out = fc.all_to_all_single(input.contiguous(), output_split_sizes, input_split_sizes, _group_name(group))
+    even = [input.shape[0] // dist.get_world_size(group)] * dist.get_world_size(group)  # c10d's default
+    out = fc.all_to_all_single(input.contiguous(), output_split_sizes or even, input_split_sizes or even,
+                               _group_name(group))
     output.copy_(fc.wait_tensor(out))
 
 
