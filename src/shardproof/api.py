@@ -39,6 +39,8 @@ def capture_case(case: Case, world_size: int | None = None, progress: Progress =
         raise InputError(f"capturing a live PyTorch case needs torch ({exc}); install shardproof[torch]") from None
     world = world_size or case.world_size
     say = progress or (lambda msg: None)
+    if case.train is not None:
+        return _capture_training(case, world, say)
     try:
         say("capturing the single-device program")
         seq = tc.capture_single(case.single, case.inputs)
@@ -53,6 +55,48 @@ def capture_case(case: Case, world_size: int | None = None, progress: Progress =
     except tc.CaptureError as exc:
         raise InputError(str(exc)) from None
     return seq, DistributedProgram(graphs), seq_values, rank_values
+
+
+def _capture_training(case: Case, world: int, say):
+    """Trace the reference training step and every rank's ``train_step``."""
+    from .frontends import torch_capture as tc
+    from .frontends import torch_train as tt
+    try:
+        say("capturing the single-device training step")
+        seq, seq_inputs = tt.capture_single_step(case.single, case.inputs, case.train)
+        graphs, rank_values = [], []
+        for rank in range(world):
+            say(f"capturing rank {rank} of {world} (training step)")
+            data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
+            graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data, case.train)
+            graphs.append(graph)
+            rank_values.append(_numpy(inputs))
+    except tc.CaptureError as exc:
+        raise InputError(str(exc)) from None
+    return seq, DistributedProgram(graphs), _numpy(seq_inputs), rank_values
+
+
+GRADIENT_OUTPUTS = ("grad:", "updated:")
+
+
+def training_expectations(seq: Graph, dist: DistributedProgram, bindings: dict) -> tuple[DistributedProgram, dict]:
+    """A parameter's gradient and updated value are expected to relate to the single-device
+    ones as the parameter does. Distributed outputs are renamed after the single-device
+    parameter they belong to (``grad:<dist param>`` -> ``grad:<single param>``)."""
+    expect, renamed = {}, {}
+    for name in dist.graphs[0].outputs:
+        prefix = next((p for p in GRADIENT_OUTPUTS if name.startswith(p)), None)
+        b = bindings.get(name[len(prefix):]) if prefix else None
+        if b is None:
+            continue
+        seq_name = prefix + b.seq_name
+        if seq_name not in seq.outputs:
+            raise RelationError(f"the distributed step returns {name}, but the single-device parameter it relates to "
+                                f"({b.seq_name}) has no {prefix[:-1]} output")
+        renamed[name] = seq_name
+        expect[seq_name] = b.relation
+    graphs = [replace(g, outputs={renamed.get(k, k): v for k, v in g.outputs.items()}) for g in dist.graphs]
+    return DistributedProgram(graphs), expect
 
 
 @dataclass
@@ -87,6 +131,9 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
                               spec, seq_values, rank_values)
+    if case.train is not None:
+        dist, expected = training_expectations(seq, dist, bindings)
+        expect = {**expected, **expect}
     for name in expect:
         if name not in seq.outputs:
             raise RelationError(f"the expectation names output {name!r}, but the single-device program's outputs "

@@ -121,7 +121,7 @@ def linear_parts(terms: TermStore, t: int) -> dict[int, Fraction]:
 
 def linear(terms: TermStore, parts: dict[int, Fraction], shape) -> int | None:
     """Build the normal form of Σ c·t (None when everything cancels)."""
-    parts = _whole_reductions(terms, {t: c for t, c in parts.items() if c != 0})
+    parts = _whole_reductions(terms, _common_divisors(terms, {t: c for t, c in parts.items() if c != 0}, shape))
     if not parts:
         return None
     if len(parts) == 1:
@@ -148,6 +148,28 @@ def _whole_reductions(terms: TermStore, parts: dict[int, Fraction]) -> dict[int,
                 for t in ts:
                     del parts[t]
                 parts[whole] = parts.get(whole, Fraction(0)) + c
+    return parts
+
+
+EXACT_DIV = ("$", "$", (("rounding_mode", None),))
+
+
+def _common_divisors(terms: TermStore, parts: dict[int, Fraction], shape) -> dict[int, Fraction]:
+    """Σ c_i·(x_i / d) is (Σ c_i·x_i) / d: division by one tensor is linear in the
+    numerator (a loss normalised by the global token count, summed over micro-batches)."""
+    groups: dict[int, list[int]] = {}
+    for t in parts:
+        term = terms[t]
+        if term.op == "div" and term.attrs == EXACT_DIV and term.shape == tuple(shape) \
+                and terms.shape(term.children[0]) == tuple(shape):
+            groups.setdefault(term.children[1], []).append(t)
+    for divisor, ts in groups.items():
+        if len(ts) < 2:
+            continue
+        numerator = linear(terms, {terms[t].children[0]: parts.pop(t) for t in ts}, shape)
+        if numerator is not None:
+            whole = terms.make("div", EXACT_DIV, (numerator, divisor), shape)
+            parts[whole] = parts.get(whole, Fraction(0)) + 1
     return parts
 
 
@@ -189,11 +211,25 @@ def _sum_linear(terms: TermStore, ts: list[int]):
     rest = [{t: c for t, c in f.items() if t not in common} for f in forms]
     coefs = sorted(rest[0].values())
     if any(sorted(r.values()) != coefs for r in rest) or len(set(coefs)) != len(coefs):
-        return None
+        return _sum_of_all_parts(terms, forms, shape)
     for c in coefs:
         picked = [next(t for t, cc in r.items() if cc == c) for r in rest]
         summed = sum_terms(terms, picked)
+        if terms[summed].op == "sum_ranks":
+            return _sum_of_all_parts(terms, forms, shape)
         acc[summed] = acc.get(summed, Fraction(0)) + c
+    return linear(terms, acc, shape)
+
+
+def _sum_of_all_parts(terms: TermStore, forms: list[dict[int, Fraction]], shape):
+    """Σ_r Σ_i c_ri·t_ri is one linear form of all the ranks' parts (a part only some
+    ranks hold counts once per holder); pieces of one reduction over a partition, with
+    equal coefficients, complete in it (a squared-gradient norm: sharded parameters'
+    partial sums on every rank, replicated ones added on one rank)."""
+    acc: dict[int, Fraction] = {}
+    for form in forms:
+        for t, c in form.items():
+            acc[t] = acc.get(t, Fraction(0)) + c
     return linear(terms, acc, shape)
 
 
@@ -208,6 +244,46 @@ def _sum_of_linear(terms, attrs, children, shape):
         return None
     return linear(terms, {terms.make("sum", attrs, (k,), shape): c for k, c in zip(inner.children, inner.attrs)},
                   shape)
+
+
+def merged_groups(src, dst) -> list[list[int]] | None:
+    """For a reshape that only merges consecutive dims, the source dims of each target
+    dim (size-1 dims go with their neighbours); None if it splits a dim."""
+    groups, i = [], 0
+    for size in dst:
+        group, prod = [], 1
+        while i < len(src) and (prod < size or src[i] == 1 and prod == size == 1 and not group):
+            group.append(i)
+            prod *= src[i]
+            i += 1
+        if prod != size:
+            return None
+        groups.append(group)
+    while i < len(src) and src[i] == 1 and groups:
+        groups[-1].append(i)
+        i += 1
+    return groups if i == len(src) else None
+
+
+@rewrite("sum")
+def _sum_of_merged_view(terms, attrs, children, shape):
+    """Summing a reshape that merged the reduced dims is summing the dims it merged:
+    ``sum(x.view(b*s, h), 0) = sum(x, (0, 1))`` (a batch and its micro-batches agree)."""
+    dims, keepdim, over, *extra = attrs
+    inner = terms[children[0]]
+    if over is not None or inner.op != "reshape":
+        return None
+    src = terms.shape(inner.children[0])
+    groups = merged_groups(src, inner.shape)
+    if groups is None or any(sum(src[d] > 1 for d in groups[j]) > 1 for j in range(len(groups)) if j not in dims):
+        return None
+    reduced = tuple(sorted(d for j in dims for d in groups[j]))
+    if not reduced:
+        return None
+    kept = [src[d] for d in range(len(src)) if keepdim or d not in reduced]
+    kept = [1 if d in reduced else s for d, s in zip(range(len(src)), src)] if keepdim else kept
+    t = terms.make("sum", (reduced, keepdim, None, *extra), (inner.children[0],), kept)
+    return view_term(terms, "reshape", (tuple(shape),), t, shape)
 
 
 # ---------------------------------------------------------------- log-sum-exp

@@ -19,6 +19,7 @@ from .terms import TermStore
 # op -> which child positions a sum over ranks distributes into
 #   "all": linear in all children jointly (add, sub, views, gathers, concatenation)
 #   "one": linear in each child separately (mul, dot): the others must agree across ranks
+#   "first": linear in the first child only (division by a common divisor)
 LINEARITY: dict[str, str] = {}
 # partial reductions whose pieces a collective of this kind completes
 COMPLETES: dict[str, str] = {"sum": "sum", "dot": "sum", "amax": "max", "amin": "min"}
@@ -97,9 +98,9 @@ def sum_terms(terms: TermStore, ts: list[int]) -> int:
     if same_shape and kind == "all":
         kids = tuple(sum_terms(terms, [terms[t].children[i] for t in ts]) for i in range(len(first.children)))
         return terms.make(first.op, first.attrs, kids, first.shape)
-    if same_shape and kind == "one":
+    if same_shape and kind in ("one", "first"):
         differing = [i for i in range(len(first.children)) if len({terms[t].children[i] for t in ts}) > 1]
-        if len(differing) == 1:
+        if differing == [0] or kind == "one" and len(differing) == 1:
             i = differing[0]
             kids = list(first.children)
             kids[i] = sum_terms(terms, [terms[t].children[i] for t in ts])

@@ -123,7 +123,7 @@ declare(T + "rsub", numerics=lambda x, other, alpha=1: np.subtract(other, np.mul
         shape=elementwise_shape, doc="other - alpha * x")
 declare(T + "neg", numerics=lambda x: -as_float(x), rule=lambda ctx, x: _scaled(ctx, x, -1),
         shape=elementwise_shape, doc="-x, an exact scale by -1")
-LINEARITY.update({"add": "all", "mul": "one", "add_const": "none"})
+LINEARITY.update({"add": "all", "mul": "one", "add_const": "none", "div": "first"})
 
 
 def _where_num(c, a, b):
