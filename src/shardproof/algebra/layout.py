@@ -329,13 +329,15 @@ def reshape(terms: TermStore, val: Val, new_shape: Sequence[int]) -> Val:
 
 
 def _selection_cost(shape_vecs) -> tuple:
-    """Prefer splits that select whole dims, then contiguous blocks, then coarse outer dims:
-    both programs then pick the same split of a merged dim (e.g. [batch*heads] into
-    [batch, heads] with a block of heads, not into [2*batch, heads/2] with a stride)."""
+    """Prefer splits that select whole dims, then contiguous blocks, then a selection of
+    outer rather than inner dims, then coarse outer dims: both programs then pick the same
+    split of a merged dim (e.g. [batch*heads] into [batch, heads] with a block of heads,
+    not into [2*batch, heads/2] with a stride; a micro-batch of one row of [batch*seq]
+    into [batch, seq] with that row, not into [1, batch*seq] with a block)."""
     shape, vecs = shape_vecs
     partial = sum(v is not None for v in vecs)
     strided = sum(v is not None and len(v) > 1 and not np.array_equal(np.diff(v), np.ones(len(v) - 1)) for v in vecs)
-    return partial, strided, tuple(-s for s in reversed(shape))
+    return partial, strided, tuple(v is None for v in vecs), tuple(-s for s in reversed(shape))
 
 
 def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:
