@@ -59,6 +59,46 @@ class ReduceFromTensorParallel(torch.autograd.Function):
         return grad, None
 
 
+def _all_gather_seq(x, group):
+    n = dist.get_world_size(group)
+    out = torch.empty((x.shape[0] * n,) + tuple(x.shape[1:]), dtype=x.dtype)
+    dist.all_gather_into_tensor(out, x.contiguous(), group=group)
+    return out
+
+
+def _reduce_scatter_seq(y, group):
+    n = dist.get_world_size(group)
+    out = torch.empty((y.shape[0] // n,) + tuple(y.shape[1:]), dtype=y.dtype)
+    dist.reduce_scatter_tensor(out, y.contiguous(), group=group)
+    return out
+
+
+class GatherFromSequenceParallel(torch.autograd.Function):
+    """Megatron's all_gather along the sequence (forward), reduce_scatter (backward)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _all_gather_seq(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _reduce_scatter_seq(grad, ctx.group), None
+
+
+class ReduceScatterToSequenceParallel(torch.autograd.Function):
+    """Megatron's reduce_scatter along the sequence (forward), all_gather (backward)."""
+
+    @staticmethod
+    def forward(ctx, y, group):
+        ctx.group = group
+        return _reduce_scatter_seq(y, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_gather_seq(grad, ctx.group), None
+
+
 def dp_shard(tp: int):
     """``dist_inputs`` for a dp x tp mesh: rank r takes the (r // tp)-th chunk of the batch."""
     def shard(rank, world, inputs):
@@ -88,6 +128,10 @@ class MegatronTraining:
 
     replicated: frozenset = frozenset()
     """Names of the parameters every tp rank holds whole (layer norms, row-parallel biases)."""
+    sequence_parallel: frozenset = frozenset()
+    """Replicated parameters applied to each rank's sequence shard: their gradients are
+    partial sums over tp (Megatron all-reduces them before the optimizer)."""
+    microbatch_dim: int = 0
 
     # ---- the step, piece by piece
 
@@ -102,6 +146,7 @@ class MegatronTraining:
         return {n: g if n not in grads else grads[n] + g for n, g in new.items()}
 
     def reduce_gradients(self, grads):
+        grads = {n: all_reduce(g, self.mesh.tp_group) if n in self.sequence_parallel else g for n, g in grads.items()}
         return {n: all_reduce(g, self.mesh.dp_group) for n, g in grads.items()}
 
     def grad_norm(self, grads):
@@ -114,11 +159,11 @@ class MegatronTraining:
     def update(self, params, grads, state, train):
         return {n: optimizer_update(params[n], grads[n], state[n], train.optimizer) for n in params}
 
-    def train_step(self, inputs, state, train):
-        params = dict(self.named_parameters())
+    def accumulate_gradients(self, params, inputs, train):
+        """Forward and backward over the microbatches: (the loss, the summed gradients)."""
         total_tokens = self.global_tokens(inputs)
         grads, loss = {}, 0
-        for mb in split_microbatches(inputs, train.microbatches):
+        for mb in split_microbatches(inputs, train.microbatches, self.microbatch_dim):
             mb_loss = self.microbatch_loss(mb, total_tokens, train)
             scaled = mb_loss * train.loss_scale if train.loss_scale else mb_loss
             new = torch.autograd.grad(scaled, list(params.values()))
@@ -126,12 +171,22 @@ class MegatronTraining:
             loss = loss + mb_loss.detach()
         if train.loss_scale:
             grads = {n: g / train.loss_scale for n, g in grads.items()}
-        grads = self.reduce_gradients(grads)
-        if train.grad_clip is not None:
-            coef = clip_coefficient(self.grad_norm(grads), train.grad_clip)
-            grads = {n: g * coef for n, g in grads.items()}
-        result = {"loss": all_reduce(loss, self.mesh.dp_group), "grads": grads}
-        if train.optimizer is not None:
-            result["updated"] = self.update(params, grads, state, train)
-        return result
+        return loss, grads
 
+    def clip(self, grads, train):
+        if train.grad_clip is None:
+            return grads
+        coef = clip_coefficient(self.grad_norm(grads), train.grad_clip)
+        return {n: g * coef for n, g in grads.items()}
+
+    def result(self, loss, params, grads, state, train):
+        out = {"loss": all_reduce(loss, self.mesh.dp_group), "grads": grads}
+        if train.optimizer is not None:
+            out["updated"] = self.update(params, grads, state, train)
+        return out
+
+    def train_step(self, inputs, state, train):
+        params = dict(self.named_parameters())
+        loss, grads = self.accumulate_gradients(params, inputs, train)
+        grads = self.clip(self.reduce_gradients(grads), train)
+        return self.result(loss, params, grads, state, train)

@@ -109,6 +109,7 @@ class Prepared:
     expect: dict
     examples: dict
     name: str = ""
+    gradients: frozenset = frozenset()  # training: outputs that are gradients or updated parameters
 
 
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
@@ -138,7 +139,8 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
         if name not in seq.outputs:
             raise RelationError(f"the expectation names output {name!r}, but the single-device program's outputs "
                                 f"are: {', '.join(seq.outputs)}")
-    return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values), case.name)
+    gradients = frozenset(n for n in seq.outputs if n.startswith(GRADIENT_OUTPUTS)) if case.train else frozenset()
+    return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values), case.name, gradients)
 
 
 def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
@@ -217,7 +219,7 @@ def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_re
 
 
 def verify_prepared(p: Prepared) -> Report:
-    return verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name)
+    return verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name, gradients=p.gradients)
 
 
 def cross_check(p: Prepared, seeds=(0, 1, 2)) -> list[str]:

@@ -173,6 +173,16 @@ def _common_divisors(terms: TermStore, parts: dict[int, Fraction], shape) -> dic
     return parts
 
 
+@rewrite("div")
+def _div_by_scaled(terms, attrs, children, shape):
+    """x / (c·d) = (1/c)·(x / d): a count divided by a group size, then divided into a sum."""
+    x, d = children if len(children) == 2 else (None, None)
+    if attrs != EXACT_DIV or d is None or terms[d].op != "scale" or terms[d].attrs[0] == 0:
+        return None
+    from .compute import scale
+    return scale(terms, terms.make("div", attrs, (x, terms[d].children[0]), shape), 1 / Fraction(terms[d].attrs[0]))
+
+
 def _merge(terms, weighted, shape):
     acc: dict[int, Fraction] = {}
     for t, w in weighted:

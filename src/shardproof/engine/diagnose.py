@@ -102,6 +102,11 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
         if op in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"):
             return "wrong-dim", f"the shards are gathered/scattered along a dim that does not match their sharding{where}"
         return "wrong-collective", f"this collective does not produce the single-device value{where}"
+    if op == "div" and any(rel is not None and rel.kind == "piece" for rel in input_rels):
+        return ("wrong-normalization",
+                f"a piece of a sum (one micro-batch's or one rank's share) is divided by a count of its own: divide "
+                f"every piece by the global count (all micro-batches, all data-parallel ranks) so the pieces add up "
+                f"to the whole{where}")
     if partial_in:
         if node.op in LINEAR_OPS:
             return ("partial-sum-never-reduced",

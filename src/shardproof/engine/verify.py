@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from ..algebra.layout import Val, full, vec_array
-from ..algebra.ranks import combine
+from ..algebra.ranks import COMPLETES, combine
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation, relation_by_value
@@ -44,12 +44,13 @@ class Related:
     seq_node: Node
     positions: Optional[list]  # per dim: positions in the single-device tensor (None = all); None unless held
     partial: Optional[str] = None  # the reduce op when the ranks' values combine to seq_node
-    kind: str = "held"  # held | partial | view (a reshape/permute of it) | const | input
+    kind: str = "held"  # held | partial | view (a reshape/permute of it) | piece (of a reduction) | const | input
 
     def describe(self) -> str:
         if self.kind == "partial":
             return f'Partial("{self.partial}")'
-        return {"view": "a view", "const": "a constant", "input": "an input"}.get(self.kind, "held")
+        return {"view": "a view", "const": "a constant", "input": "an input",
+                "piece": "a piece of the reduction"}.get(self.kind, "held")
 
 
 def _tensor_vals(value) -> list:
@@ -113,6 +114,19 @@ class Relater:
                     return rel
                 best = best or rel
         return best or self._view_of_known(dval.t)
+
+    def piece(self, dval) -> Optional[Related]:
+        """A reduction over part of a dim whose whole the single-device program computes
+        (one micro-batch's or one rank's share of a sum): a legitimate intermediate."""
+        if not isinstance(dval, Val):
+            return None
+        term = self.terms[dval.t]
+        if COMPLETES.get(term.op) is None or term.op == "dot" or len(term.attrs) < 3 or term.attrs[2] is None:
+            return None
+        whole = self.terms.lookup(term.op, term.attrs[:2] + (None,) + term.attrs[3:], term.children)
+        if whole is None or whole not in self.by_term:
+            return None
+        return Related(self.by_term[whole][0][0], None, kind="piece")
 
     def is_constant(self, t: int) -> bool:
         """Whether a term depends on no input (masks, ranges, fills built in the program)."""
@@ -259,7 +273,9 @@ def op_assumptions(graphs) -> list[str]:
 
 def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
                   expect: dict[str, Relation | None] | None = None, examples: dict | None = None,
-                  name: str = "") -> Report:
+                  name: str = "", gradients: frozenset = frozenset()) -> Report:
+    """`gradients` names the outputs that are parameter gradients or updated parameters
+    (a training step): a partial sum found only on their way is a missing gradient reduction."""
     t0 = time.perf_counter()
     world = dist.world_size
     terms = TermStore()
@@ -316,8 +332,40 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
         where = f" (relations stop at node {first.node.name}, op {first.node.op})" if first else ""
         return finish("unknown", reason=f"could not prove output(s) {', '.join(broken)}{where}; a numeric test on "
                                         f"random inputs shows no difference, so this may be a missing lemma")
-    report.findings = _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs)
+    report.findings = _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs, gradients)
     return finish("violation")
+
+
+PARTIAL_KINDS = ("partial-sum-never-reduced", "nonlinearity-on-partial")
+
+
+def _refine(finding: Finding, dist: DistributedProgram, status: list, gradients: frozenset) -> Finding:
+    """Name the bug class from what the broken tensor feeds: a partial sum plus a term every
+    rank holds whole, summed by an all_reduce later, counts that term once per rank; a
+    partial sum used where only gradients (or the updates made of them) depend on it is a
+    gradient reduction that is missing or comes too late."""
+    if finding.kind not in PARTIAL_KINDS:
+        return finding
+    g = dist.graphs[finding.rank[0]]
+    if not g.has(finding.node):
+        return finding
+    users = g.users()
+    reached = _reach([g.node(finding.node)], lambda m: users[m])
+    summed_later = [n for n in reached if n.op == "_c10d_functional.all_reduce" and n.args[1] in ("sum", "avg")]
+    kinds = {rel.kind for rel in (status[finding.rank[0]].get(x) for x in g.node(finding.node).inputs) if rel}
+    if finding.op in ("aten.add", "aten.sub") and {"partial", "held"} <= kinds and summed_later:
+        finding.kind = "replicated-counted-per-rank"
+        finding.hint = (f"this adds a term every rank holds whole to a partial sum, and the all_reduce at "
+                        f"{summed_later[0].name} then counts that term once per rank: add it on one rank only, or "
+                        f"after the reduction" + (f" ({finding.source})" if finding.source else ""))
+        return finding
+    outputs = {name for name, n in g.outputs.items() if n in reached}
+    if gradients and outputs and outputs <= gradients:
+        finding.kind = "missing-gradient-reduction"
+        finding.hint = ("gradients (or a norm of them) are used while still partial sums over the ranks: all_reduce "
+                        "them over the group that holds the pieces (tensor-parallel for activations' gradients, "
+                        "data-parallel for parameters'), before this op; " + finding.hint)
+    return finding
 
 
 def differing_outputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
@@ -457,7 +505,7 @@ def _status(run: SymbolicRun, relater: Relater, dist: DistributedProgram):
                 peers = [by_name[q].get(n.name) for q in range(world)]
                 if all(p is not None for p in peers):
                     rel = relater.partial([run.dist[q].get(p) for q, p in enumerate(peers)])
-            status[r][n] = rel
+            status[r][n] = rel or relater.piece(v)
     return status
 
 
@@ -487,7 +535,8 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
                 continue
             if not all(status[r].get(x) is not None for x in n.inputs if x in status[r]):
                 continue
-            recovers = any(status[r].get(d) is not None for d in _reach([n], lambda m: users[m]) if d is not n)
+            recovers = any(status[r].get(d) is not None and status[r][d].kind != "const"
+                           for d in _reach([n], lambda m: users[m]) if d is not n)
             key = n.name
             if key in found:
                 found[key][1].append(r)
@@ -630,7 +679,7 @@ def _name_producer(finding: Finding, node: Node) -> None:
         finding.node, finding.op, finding.source = producer.name, producer.op, _src(producer) or finding.source
 
 
-def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[Finding]:
+def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs, gradients=frozenset()) -> list[Finding]:
     from .diagnose import diagnose
     loc = _localize(run, relater, seq, dist, differing)
     if loc is None:
@@ -642,4 +691,4 @@ def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[F
     ranks = loc.ranks if loc.blame is None else list(range(dist.world_size))
     evidence_ranks = [r for r in ranks if loc.status[r].get(dist.graphs[r].node(loc.broken.name)) is None] or ranks
     finding = diagnose(run, relater, seq, dist, loc.broken, evidence_ranks, loc.status, s_in, s_env, d_envs, differing)
-    return [_report_at(finding, loc)]
+    return [_refine(_report_at(finding, loc), dist, loc.status, gradients)]

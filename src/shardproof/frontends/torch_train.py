@@ -66,11 +66,11 @@ def state_values(params: dict[str, torch.Tensor], optimizer) -> dict[str, dict[s
     return out
 
 
-def split_microbatches(inputs: dict[str, torch.Tensor], k: int) -> list[dict[str, torch.Tensor]]:
-    """`k` microbatches along dim 0 of every input (torch.chunk)."""
-    chunks = {n: t.chunk(k, 0) for n, t in inputs.items()}
+def split_microbatches(inputs: dict[str, torch.Tensor], k: int, dim: int = 0) -> list[dict[str, torch.Tensor]]:
+    """`k` microbatches along `dim` of every input (torch.chunk)."""
+    chunks = {n: t.chunk(k, dim) for n, t in inputs.items()}
     if any(len(c) != k for c in chunks.values()):
-        raise CaptureError(f"cannot split the batch into {k} microbatches along dim 0")
+        raise CaptureError(f"cannot split the batch into {k} microbatches along dim {dim}")
     return [{n: c[i] for n, c in chunks.items()} for i in range(k)]
 
 
