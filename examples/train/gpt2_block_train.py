@@ -11,7 +11,7 @@ from mini_megatron import MegatronTraining, Mesh, dp_shard, token_mean_loss
 from shardproof import Case
 from shardproof.case import AdamW, Train
 
-BATCH, SEQ, SMALL_HIDDEN, SMALL_HEADS = 4, 4, 16, 4
+BATCH, SEQ, SMALL_HIDDEN, SMALL_HEADS = 8, 4, 16, 4
 MESHES = ((2, 2), (1, 4))  # (dp, tp)
 TRAIN = Train(loss=token_mean_loss, optimizer=AdamW(lr=1e-2), microbatches=2, grad_clip=0.5)
 
@@ -27,7 +27,7 @@ class TrainParallelGPT2Block(MegatronTraining, ParallelGPT2Block):
 
 def batch(hidden=SMALL_HIDDEN):
     return {"x": torch.randn(BATCH, SEQ, hidden), "target": torch.randn(BATCH, SEQ, hidden),
-            "mask": (torch.rand(BATCH, SEQ) > 0.3).float()}
+            "mask": (torch.rand(BATCH, SEQ) > 0.3).long()}
 
 
 def case(world_size: int = 4, dp: int = 2, model=TrainParallelGPT2Block, train=TRAIN, name="gpt2_block_train",

@@ -15,6 +15,8 @@ from shardproof.case import AdamW, Train
 
 BATCH, SEQ, SMALL_HIDDEN, SMALL_HEADS, SMALL_KV_HEADS, SMALL_FFN = 4, 4, 16, 8, 4, 32
 MESHES = ((2, 2), (1, 4))  # (dp, tp)
+KNOWN_GAP = ("the backward of grouped-query attention (k/v repeated by expand + reshape, RoPE's rotate_half) "
+             "is not proved yet: the verdict is unknown, never verified")
 TRAIN = Train(loss=token_mean_loss, optimizer=AdamW(lr=1e-2), microbatches=2, grad_clip=0.5)
 
 
@@ -29,7 +31,7 @@ class TrainParallelLlamaBlock(MegatronTraining, ParallelLlamaBlock):
 
 def batch(hidden=SMALL_HIDDEN):
     return {"x": torch.randn(BATCH, SEQ, hidden), "target": torch.randn(BATCH, SEQ, hidden),
-            "mask": (torch.rand(BATCH, SEQ) > 0.3).float()}
+            "mask": (torch.rand(BATCH, SEQ) > 0.3).long()}
 
 
 def case(world_size: int = 4, dp: int = 2, model=TrainParallelLlamaBlock, train=TRAIN, name="llama_block_train",

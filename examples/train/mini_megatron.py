@@ -107,8 +107,8 @@ def dp_shard(tp: int):
 
 
 def masked_sq_error(out, batch):
-    """Per-token loss: squared error summed over the hidden dim, kept where the mask is set."""
-    return (batch["mask"] * ((out - batch["target"]) ** 2).sum(-1)).sum()
+    """Per-token loss: half the squared error summed over the hidden dim, kept where the mask is set."""
+    return (batch["mask"] * (0.5 * (out - batch["target"]) ** 2).sum(-1)).sum()
 
 
 def token_mean_loss(outputs, batch):

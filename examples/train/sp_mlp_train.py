@@ -45,10 +45,13 @@ def shard_sequence(rank, world, inputs):
     return {k: v.chunk(world, 0)[rank] for k, v in inputs.items()}
 
 
-def case(world_size: int = 2, model=TrainSequenceParallelBlock, train=TRAIN, name="sp_mlp_train", meta=None) -> Case:
+def case(world_size: int = 2, dp: int = 1, model=TrainSequenceParallelBlock, train=TRAIN, name="sp_mlp_train",
+         meta=None) -> Case:
+    """Sequence parallel over all ranks (`dp` must be 1)."""
+    assert dp == 1, "this example is tensor/sequence parallel only"
     torch.manual_seed(0)
     full = Block()
     inputs = {"x": torch.randn(SEQ, BATCH, HIDDEN), "target": torch.randn(SEQ, BATCH, HIDDEN),
-              "mask": (torch.rand(SEQ, BATCH) > 0.3).float()}
+              "mask": (torch.rand(SEQ, BATCH) > 0.3).long()}
     return Case(single=full, distributed=lambda rank, world: model(full, rank, world, world), inputs=inputs,
                 dist_inputs=shard_sequence, world_size=world_size, train=train, name=name, meta=meta or {})

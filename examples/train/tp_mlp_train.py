@@ -11,7 +11,7 @@ from shardproof import Case
 from shardproof.case import AdamW, Train
 from tp_mlp import HIDDEN, MLP, ParallelMLP
 
-BATCH, SEQ = 4, 3
+BATCH, SEQ = 8, 3
 MESHES = ((2, 2), (1, 4), (1, 2))  # (dp, tp)
 TRAIN = Train(loss=token_mean_loss, optimizer=AdamW(lr=1e-2), microbatches=2, grad_clip=0.5)
 
@@ -27,7 +27,7 @@ class TrainParallelMLP(MegatronTraining, ParallelMLP):
 
 def batch(batch=BATCH, seq=SEQ, hidden=HIDDEN):
     return {"x": torch.randn(batch, seq, hidden), "target": torch.randn(batch, seq, hidden),
-            "mask": (torch.rand(batch, seq) > 0.3).float()}
+            "mask": (torch.rand(batch, seq) > 0.3).long()}
 
 
 def case(world_size: int = 4, dp: int = 2, model=TrainParallelMLP, train=TRAIN, name="tp_mlp_train", meta=None) -> Case:

@@ -134,7 +134,7 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
                               spec, seq_values, rank_values)
     if case.train is not None:
         dist, expected = training_expectations(seq, dist, bindings)
-        expect = {**expected, **expect}
+        expect = {**expected, **_expand_globs(expect, list(seq.outputs))}
     for name in expect:
         if name not in seq.outputs:
             raise RelationError(f"the expectation names output {name!r}, but the single-device program's outputs "
@@ -219,7 +219,26 @@ def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_re
 
 
 def verify_prepared(p: Prepared) -> Report:
-    return verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name, gradients=p.gradients)
+    report = verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name,
+                           gradients=p.gradients)
+    if p.gradients:
+        report.parameters = parameter_table(p, report)
+    return report
+
+
+def parameter_table(p: Prepared, report: Report) -> list[dict]:
+    """Each parameter's relation, and the relation its gradient and updated value hold."""
+    holds = {o.name: o.holds for o in report.outputs}
+    rows = []
+    for name, b in p.bindings.items():
+        if f"grad:{b.seq_name}" not in p.seq.outputs:
+            continue
+        row = {"parameter": b.seq_name if b.seq_name == name else f"{name} (of {b.seq_name})",
+               "relation": str(b.relation), "gradient": holds.get(f"grad:{b.seq_name}")}
+        if f"updated:{b.seq_name}" in p.seq.outputs:
+            row["updated"] = holds.get(f"updated:{b.seq_name}")
+        rows.append(row)
+    return rows
 
 
 def cross_check(p: Prepared, seeds=(0, 1, 2)) -> list[str]:
@@ -229,6 +248,16 @@ def cross_check(p: Prepared, seeds=(0, 1, 2)) -> list[str]:
     for seed in seeds:
         bad.update(differing_outputs(p.seq, p.dist, p.bindings, p.expect, p.examples, seed=seed)[0])
     return sorted(bad)
+
+
+def _expand_globs(expect: dict, outputs: list[str]) -> dict:
+    """Expectations keyed by output name or glob (``grad:*``) -> by output name."""
+    import fnmatch
+    out = {}
+    for pattern, rel in expect.items():
+        names = [pattern] if pattern in outputs else fnmatch.filter(outputs, pattern) or [pattern]
+        out.update({name: rel for name in names})
+    return out
 
 
 def _integer_inputs(values: dict) -> dict:

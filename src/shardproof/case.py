@@ -96,7 +96,8 @@ class Case:
     """Distributed input name (or glob) -> relation; default: inferred by value matching."""
     expect: Optional[dict] = None
     """Output name -> expected relation; default: each output recoverable from the ranks
-    (training: see :class:`Train`)."""
+    (training: see :class:`Train`; names may be globs there, e.g. ``{"grad:*": "Shard(0)"}``
+    for a step that returns reduce-scattered gradients)."""
     train: Optional[Train] = None
     """Verify a training step rather than the forward pass (see :class:`Train`)."""
     name: str = ""

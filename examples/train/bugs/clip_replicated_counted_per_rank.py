@@ -18,4 +18,5 @@ class ReplicatedCountedPerRank(TrainParallelMLP):
 
 def case(world_size: int = 2):
     return mlp_case(world_size, dp=1, model=ReplicatedCountedPerRank, name="clip_replicated_counted_per_rank",
-                    meta={"bug_op": "_c10d_functional.all_reduce", "bug_ranks": "all", "bug": "value-mismatch"})
+                    meta={"bug_op": "aten.add", "bug_ranks": "all", "bug": "replicated-counted-per-rank",
+                          "bug_node": "add_11", "bug_source": "clip_replicated_counted_per_rank.py:15"})

@@ -14,5 +14,5 @@ class MissingInputGradAllReduce(TrainParallelGPT2Block):
 
 def case(world_size: int = 2):
     return gpt2_case(world_size, dp=1, model=MissingInputGradAllReduce, name="column_parallel_input_grad",
-                     meta={"bug_op": "aten.native_layer_norm_backward", "bug_ranks": "all",
-                           "bug": "missing-gradient-reduction"})
+                     meta={"bug_op": "aten.native_layer_norm_backward", "bug_ranks": "all", "bug": "missing-gradient-reduction",
+                           "bug_node": "native_layer_norm_backward", "bug_source": "mini_megatron.py"})

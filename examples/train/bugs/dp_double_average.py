@@ -9,7 +9,7 @@ import torch.distributed as dist
 from mini_megatron import all_reduce
 from tp_mlp_train import TRAIN, TrainParallelMLP, case as mlp_case
 
-WORLD_SIZES = (2,)
+WORLD_SIZES = (4,)
 
 
 class DoubleAverage(TrainParallelMLP):
@@ -18,7 +18,8 @@ class DoubleAverage(TrainParallelMLP):
         return {n: all_reduce(g, self.mesh.dp_group, op=dist.ReduceOp.AVG) for n, g in grads.items()}
 
 
-def case(world_size: int = 2):
+def case(world_size: int = 4):
     return mlp_case(world_size, dp=world_size, model=DoubleAverage, train=replace(TRAIN, grad_clip=None),
                     name="dp_double_average",
-                    meta={"bug_op": "_c10d_functional.all_reduce", "bug_ranks": "all", "bug": "scaling-mismatch"})
+                    meta={"bug_op": "_c10d_functional.all_reduce", "bug_ranks": "all", "bug": "scaling-mismatch",
+                          "bug_node": "all_reduce_3", "bug_source": "mini_megatron.py"})

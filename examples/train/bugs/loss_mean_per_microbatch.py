@@ -16,4 +16,5 @@ class LossMeanPerMicrobatch(TrainParallelMLP):
 
 def case(world_size: int = 2):
     return mlp_case(world_size, dp=1, model=LossMeanPerMicrobatch, name="loss_mean_per_microbatch",
-                    meta={"bug_op": "aten.div", "bug_ranks": "all", "bug": "value-mismatch"})
+                    meta={"bug_op": "aten.div", "bug_ranks": "all", "bug": "wrong-normalization",
+                          "bug_node": "div", "bug_source": "loss_mean_per_microbatch.py:13"})

@@ -14,4 +14,5 @@ class WrongGroupSize(AveragedGradients):
 
 def case(world_size: int = 4):
     return averaged_case(world_size, model=WrongGroupSize, name="replicated_grad_wrong_group",
-                         meta={"bug_op": "aten.div", "bug_ranks": "all", "bug": "scaling-mismatch"})
+                         meta={"bug_op": "aten.div", "bug_ranks": "all", "bug": "scaling-mismatch",
+                               "bug_node": "div_9", "bug_source": "tp_mlp_train_averaged.py:22"})

@@ -13,4 +13,5 @@ class LayerNormGradNotReduced(TrainSequenceParallelBlock):
 
 def case(world_size: int = 2):
     return sp_case(world_size, model=LayerNormGradNotReduced, name="sp_layernorm_grad_not_reduced",
-                   meta={"bug_op": "aten.mul", "bug_ranks": "all", "bug": "missing-gradient-reduction"})
+                   meta={"bug_op": "aten.add", "bug_ranks": "all", "bug": "missing-gradient-reduction",
+                         "bug_node": "add_13", "bug_source": "mini_megatron.py"})

@@ -1,6 +1,7 @@
 """Bug: the optimizer step runs on the local (un-reduced) gradients, before the dp
 all_reduce completes; the gradients returned are right, the updated parameters are not.
-Expected: the first finding in the AdamW update, on every rank."""
+Expected: the first finding at the first use of a local gradient (squared for the clipping
+norm before the update), on every rank."""
 from tp_mlp_train import TrainParallelMLP, case as mlp_case
 
 WORLD_SIZES = (2,)
@@ -17,4 +18,5 @@ class UpdateBeforeAllReduce(TrainParallelMLP):
 
 def case(world_size: int = 2):
     return mlp_case(world_size, dp=world_size, model=UpdateBeforeAllReduce, name="update_before_allreduce",
-                    meta={"bug_op": "aten.mul", "bug_ranks": "all", "bug": "missing-gradient-reduction"})
+                    meta={"bug_op": "aten.mul", "bug_ranks": "all", "bug": "missing-gradient-reduction",
+                          "bug_node": "mul_12", "bug_source": "mini_megatron.py"})

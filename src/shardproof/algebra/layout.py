@@ -118,8 +118,12 @@ def truncate(terms: TermStore, val: Val, dim: int, size: int) -> Val:
 # ---------------------------------------------------------------- views
 
 def view_term(terms: TermStore, op: str, attrs: tuple, t: int, shape) -> int:
-    """A view of a term, with view chains collapsed so both programs agree."""
+    """A view of a term, with view chains collapsed and exact scales kept above views
+    (``view(c·x) = c·view(x)``), so both programs agree."""
     inner = terms[t]
+    if op in ("reshape", "permute") and inner.op == "lin" and len(inner.children) == 1 \
+            and terms.shape(inner.children[0]) == inner.shape:
+        return terms.make("lin", inner.attrs, (view_term(terms, op, attrs, inner.children[0], shape),), shape)
     if op == "reshape":
         if tuple(shape) == inner.shape:
             return t

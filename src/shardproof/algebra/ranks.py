@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .compute import pair_set, scale
-from .layout import Val, materialize, same_vec
+from .layout import Val, materialize, same_vec, view_term
 from .terms import TermStore
 
 # op -> which child positions a sum over ranks distributes into
@@ -102,6 +102,8 @@ def sum_terms(terms: TermStore, ts: list[int]) -> int:
     kind = LINEARITY.get(first.op)
     if same_shape and kind == "all":
         kids = tuple(sum_terms(terms, [terms[t].children[i] for t in ts]) for i in range(len(first.children)))
+        if first.op in ("reshape", "permute"):  # views of the sum, collapsed as views are
+            return view_term(terms, first.op, first.attrs, kids[0], first.shape)
         return terms.make(first.op, first.attrs, kids, first.shape)
     if same_shape and kind in ("one", "first"):
         differing = [i for i in range(len(first.children)) if len({terms[t].children[i] for t in ts}) > 1]

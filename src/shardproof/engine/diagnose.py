@@ -102,7 +102,12 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
         if op in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"):
             return "wrong-dim", f"the shards are gathered/scattered along a dim that does not match their sharding{where}"
         return "wrong-collective", f"this collective does not produce the single-device value{where}"
-    if op == "div" and any(rel is not None and rel.kind == "piece" for rel in input_rels):
+    pieces = any(rel is not None and rel.kind == "piece" for rel in input_rels)
+    if pieces and op in ("div", "mul") and len(list(node.inputs)) == 1:
+        return ("scaling-mismatch",
+                f"a share of a sum (one micro-batch's or one rank's) is rescaled on its own, so the shares no longer "
+                f"add up to the single-device value: scale the whole once, after accumulating{where}")
+    if pieces and op == "div":
         return ("wrong-normalization",
                 f"a piece of a sum (one micro-batch's or one rank's share) is divided by a count of its own: divide "
                 f"every piece by the global count (all micro-batches, all data-parallel ranks) so the pieces add up "
@@ -225,6 +230,19 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
         ref_name, expected_text = None, "a single-device tensor"
     kind, hint = _classify(producer, input_rels, ranks, world, ratio,
                            f"output {output}" if output else "the value")
+    own = status[r].get(node)
+    if own is not None and own.kind == "piece" and node.op.startswith(COLLECTIVE_PREFIX):
+        group = node.args[-1] if node.args and isinstance(node.args[-1], tuple) else ()
+        kind, hint = "wrong-group", (f"this {node.op.split('.')[-1]} over ranks {list(group)} leaves a share of the "
+                                     f"reduction that the later steps never complete: the pieces are held by another "
+                                     f"group of ranks (e.g. the shard group, not the replicate group)"
+                                     + (f" at {node.source}" if node.source else ""))
+    if own is not None and own.kind == "scaled":  # proven: exactly a multiple of the single-device value
+        ref_name = own.seq_node.name
+        expected_text = f"{expected} of single-device {ref_name}"
+        kind, hint = "scaling-mismatch", (f"this is exactly {own.factor} times single-device {ref_name}: check the "
+                                          f"scale factor (group size, micro-batch count, loss normalisation)"
+                                          + (f" at {node.source}" if node.source else ""))
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
                           for x, rel in zip(inputs, input_rels))
     message = (f"{producer.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} is not related to any single-device "

@@ -35,6 +35,7 @@ ASSUMPTIONS = [
     "class targets and token ids are valid indices (no ignore_index entries)",
 ]
 VIEW_TERMS = ("reshape", "permute")
+PIECEWISE = {"div": 2, "lin": 1, "reshape": 1, "permute": 1}  # term ops linear in child 0 (children count)
 VARYING_LEAVES = {"input", "ignored", "opaque", "partial_input"}
 
 # ---------------------------------------------------------------- relations of tensors
@@ -44,11 +45,19 @@ class Related:
     seq_node: Node
     positions: Optional[list]  # per dim: positions in the single-device tensor (None = all); None unless held
     partial: Optional[str] = None  # the reduce op when the ranks' values combine to seq_node
-    kind: str = "held"  # held | partial | view (a reshape/permute of it) | piece (of a reduction) | const | input
+    kind: str = "held"  # held | partial | view (a reshape/permute of it) | piece (of a reduction) | scaled | const | input
+    factor: Optional[object] = None  # scaled: the exact factor times the held value
+
+    @property
+    def exact(self) -> bool:
+        """Whether the tensor equals (a piece of) a single-device value (not a multiple of one)."""
+        return self.kind != "scaled"
 
     def describe(self) -> str:
         if self.kind == "partial":
             return f'Partial("{self.partial}")'
+        if self.kind == "scaled":
+            return f"{self.factor} times"
         return {"view": "a view", "const": "a constant", "input": "an input",
                 "piece": "a piece of the reduction"}.get(self.kind, "held")
 
@@ -115,18 +124,38 @@ class Relater:
                 best = best or rel
         return best or self._view_of_known(dval.t)
 
+    def scaled(self, dval) -> Optional[Related]:
+        """An exact multiple of a single-device value (an average's sum before its division,
+        a loss-scaled gradient): not equal, but one scale away."""
+        from ..algebra.lemmas import scaled_part
+        found = scaled_part(self.terms, dval.t) if isinstance(dval, Val) else None
+        rel = self.direct(Val(found[0], dval.vecs)) if found is not None else None
+        if rel is None or rel.kind != "held":
+            return None
+        return Related(rel.seq_node, rel.positions, kind="scaled", factor=found[1])
+
     def piece(self, dval) -> Optional[Related]:
         """A reduction over part of a dim whose whole the single-device program computes
-        (one micro-batch's or one rank's share of a sum): a legitimate intermediate."""
-        if not isinstance(dval, Val):
+        (one micro-batch's or one rank's share of a sum), or such a share scaled or divided
+        as the whole is: a legitimate intermediate."""
+        whole = self._whole_of(dval.t) if isinstance(dval, Val) else None
+        return None if whole is None else Related(self.by_term[whole][0][0], None, kind="piece")
+
+    def _whole_of(self, t: int) -> Optional[int]:
+        """The single-device term that `t`, a share of it, adds up to with the other shares."""
+        term, terms = self.terms[t], self.terms
+        if term.op == "dot" and term.attrs[1] is not None:
+            if not all(o is None or _diagonal(o) for o in term.attrs[1]):
+                return None  # pairs A[i]*B[j] with i != j: not a share of the contraction
+            whole = terms.make("dot", (term.attrs[0], None), term.children, term.shape)
+        elif COMPLETES.get(term.op) is not None and len(term.attrs) >= 3 and term.attrs[2] is not None:
+            whole = terms.make(term.op, term.attrs[:2] + (None,) + term.attrs[3:], term.children, term.shape)
+        elif term.op in PIECEWISE and len(term.children) == PIECEWISE[term.op]:
+            inner = self._whole_of(term.children[0])  # linear in its first operand, the others shared
+            whole = None if inner is None else terms.make(term.op, term.attrs, (inner,) + term.children[1:], term.shape)
+        else:
             return None
-        term = self.terms[dval.t]
-        if COMPLETES.get(term.op) is None or term.op == "dot" or len(term.attrs) < 3 or term.attrs[2] is None:
-            return None
-        whole = self.terms.lookup(term.op, term.attrs[:2] + (None,) + term.attrs[3:], term.children)
-        if whole is None or whole not in self.by_term:
-            return None
-        return Related(self.by_term[whole][0][0], None, kind="piece")
+        return whole if whole in self.by_term else None
 
     def is_constant(self, t: int) -> bool:
         """Whether a term depends on no input (masks, ranges, fills built in the program)."""
@@ -505,7 +534,7 @@ def _status(run: SymbolicRun, relater: Relater, dist: DistributedProgram):
                 peers = [by_name[q].get(n.name) for q in range(world)]
                 if all(p is not None for p in peers):
                     rel = relater.partial([run.dist[q].get(p) for q, p in enumerate(peers)])
-            status[r][n] = rel or relater.piece(v)
+            status[r][n] = rel or relater.piece(v) or relater.scaled(v)
     return status
 
 
@@ -522,26 +551,71 @@ class Localized:
     recovers: bool = False  # a later tensor relates again: `broken` may be a legitimate intermediate
 
 
+def _diagonal(pairs: bytes) -> bool:
+    """Whether a contraction's index pairs (i, j) all have i == j (distinct, so a subset)."""
+    p = np.frombuffer(pairs, dtype=np.int64).reshape(-1, 2)
+    return bool(np.all(p[:, 0] == p[:, 1])) and len(np.unique(p[:, 0])) == len(p)
+
+
+def _collective(node: Node) -> bool:
+    return node.op.startswith("_c10d_functional.") and node.op != "_c10d_functional.wait_tensor"
+
+
+def _rescales(node: Node, rel: Optional[Related], input_rels: list) -> bool:
+    """Whether `node` multiplies or divides a multiple of a value by a constant, changing
+    its factor (an average's division, a micro-batch rescaling)."""
+    return rel is not None and rel.kind == "scaled" and node.op in ("aten.mul", "aten.div") \
+        and len(input_rels) == 1 and input_rels[0].factor != rel.factor
+
+
+def _seq_does(seq: Graph, seq_env: dict, node: Node, input_rels: list) -> bool:
+    """Whether the single-device program applies `node`'s op, with its constant arguments,
+    to the counterparts of its inputs (compared by value: the same term)."""
+    def term(x):
+        v = seq_env.get(x)
+        return getattr(v, "t", None)
+    want = [term(rel.seq_node) if rel is not None else None for rel in input_rels]
+    consts = [a for a in node.args if not isinstance(a, Node)]
+    return any(s.op == node.op and [term(x) for x in s.inputs] == want
+               and [a for a in s.args if not isinstance(a, Node)] == consts for s in seq.nodes)
+
+
 def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, broken: list[str]):
     """The first distributed tensors (with their ranks) whose relation breaks."""
     status = _status(run, relater, dist)
     found: dict[str, tuple[Node, list[int], bool, int]] = {}
+    rescalings = []
     for r, g in enumerate(dist.graphs):
         users = g.users()
         targets = [g.outputs[o] for o in broken if o in g.outputs]
         ancestors = _reach(targets, lambda n: list(n.inputs))
         for i, n in enumerate(g.nodes):
-            if n not in status[r] or status[r][n] is not None or n not in ancestors:
+            rel = status[r].get(n)
+            if n not in status[r] or n not in ancestors:
                 continue
-            if not all(status[r].get(x) is not None for x in n.inputs if x in status[r]):
+            if rel is not None and rel.exact and not (rel.kind == "piece" and _collective(n)):
+                continue  # related; a collective that leaves a mere share of a reduction is suspect
+            input_rels = [status[r].get(x) for x in n.inputs if x in status[r]]
+            if not all(x is not None for x in input_rels):
                 continue
-            recovers = any(status[r].get(d) is not None and status[r][d].kind != "const"
+            if not all(x.exact for x in input_rels):
+                # from a multiple of a value: only a re-scaling the single-device program does not do
+                if not _rescales(n, rel, input_rels) or _seq_does(seq, run.seq, n, [status[r].get(x) for x in n.inputs]):
+                    continue
+                rescalings.append((r, n.name))
+            recovers = any(status[r].get(d) is not None and status[r][d].kind not in ("const", "scaled", "piece")
                            for d in _reach([n], lambda m: users[m]) if d is not n)
             key = n.name
             if key in found:
                 found[key][1].append(r)
             else:
                 found[key] = (n, [r], recovers, i)
+    for r, m in rescalings:  # a multiple re-scaled wrongly later: blame the re-scaling, not where it began
+        g = dist.graphs[r]
+        users = g.users()
+        for name, f in list(found.items()):
+            if name != m and not f[2] and g.has(name) and g.node(m) in _reach([g.node(name)], lambda x: users[x]):
+                del found[name]
     if not found:
         return None
     n, ranks, recovers, _ = min(found.values(), key=lambda f: (f[2], f[3]))

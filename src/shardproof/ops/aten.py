@@ -9,7 +9,7 @@ import numpy as np
 from ..algebra import compute, layout
 from ..algebra.layout import Val, prod, shape_of
 from ..algebra.ranks import LINEARITY
-from ..algebra.terms import freeze
+from ..algebra.terms import COMMUTATIVE, freeze
 from .common import as_float, elementwise_op, erf, identity_op, template, tensor_args
 from .registry import RuleCtx, declare
 
@@ -124,6 +124,7 @@ declare(T + "rsub", numerics=lambda x, other, alpha=1: np.subtract(other, np.mul
 declare(T + "neg", numerics=lambda x: -as_float(x), rule=lambda ctx, x: _scaled(ctx, x, -1),
         shape=elementwise_shape, doc="-x, an exact scale by -1")
 LINEARITY.update({"add": "all", "mul": "one", "add_const": "none", "div": "first"})
+COMMUTATIVE.update({"add", "mul"})
 
 
 def _where_num(c, a, b):
