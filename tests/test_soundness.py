@@ -37,8 +37,8 @@ def _mutants(dist: DistributedProgram):
 
 def _edit(dist, name, ranks, fn):
     mutant = copy.deepcopy(dist)
-    for r in ranks:
-        if fn(mutant.graphs[r].node(name)) is False:
+    for r in ranks:  # ranks' graphs may differ (rank-dependent code): no such node, no mutant
+        if not mutant.graphs[r].has(name) or fn(mutant.graphs[r].node(name)) is False:
             return None
     return mutant
 
@@ -53,7 +53,9 @@ def _set_arg(node: Node, i: int, value):
 
 
 def _scale_float(node: Node):
-    i = next(i for i, a in enumerate(node.args) if isinstance(a, float) and a not in (0.0, float("-inf")))
+    i = next((i for i, a in enumerate(node.args) if isinstance(a, float) and a not in (0.0, float("-inf"))), None)
+    if i is None:
+        return False
     _set_arg(node, i, node.args[i] * 1.5)
 
 

@@ -9,7 +9,7 @@ import torch
 from gpt2_block import HIDDEN, GPT2Block, ParallelGPT2Block
 from mini_megatron import MegatronTraining, Mesh, dp_shard, token_mean_loss
 from shardproof import Case
-from shardproof.case import AdamW, Train
+from shardproof import AdamW, Train
 
 BATCH, SEQ, SMALL_HIDDEN, SMALL_HEADS = 8, 4, 16, 4
 MESHES = ((2, 2), (1, 4))  # (dp, tp)

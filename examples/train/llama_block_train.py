@@ -11,7 +11,7 @@ import torch
 from llama_block import LlamaBlock, ParallelLlamaBlock
 from mini_megatron import MegatronTraining, Mesh, dp_shard, token_mean_loss
 from shardproof import Case
-from shardproof.case import AdamW, Train
+from shardproof import AdamW, Train
 
 BATCH, SEQ, SMALL_HIDDEN, SMALL_HEADS, SMALL_KV_HEADS, SMALL_FFN = 4, 4, 16, 8, 4, 32
 MESHES = ((2, 2), (1, 4))  # (dp, tp)

@@ -11,7 +11,7 @@ import torch
 from mini_megatron import (GatherFromSequenceParallel, MegatronTraining, Mesh, ReduceScatterToSequenceParallel,
                            all_reduce, token_mean_loss)
 from shardproof import Case
-from shardproof.case import AdamW, Train
+from shardproof import AdamW, Train
 from sp_mlp import BATCH, HIDDEN, SEQ, Block, SequenceParallelBlock
 
 MESHES = ((1, 2), (1, 4))  # (dp, tp)

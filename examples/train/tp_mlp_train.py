@@ -8,7 +8,7 @@ import torch
 
 from mini_megatron import MegatronTraining, Mesh, dp_shard, token_mean_loss
 from shardproof import Case
-from shardproof.case import AdamW, Train
+from shardproof import AdamW, Train
 from tp_mlp import HIDDEN, MLP, ParallelMLP
 
 BATCH, SEQ = 8, 3

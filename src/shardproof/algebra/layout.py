@@ -281,6 +281,9 @@ def _group_dims(old: Sequence[int], new: Sequence[int]):
         # absorb trailing unit dims into this group so groups stay non-empty
         while j < len(new) and new[j] == 1 and i >= len(old):
             gn.append(j); j += 1
+        if not gn and groups:  # trailing old unit dims: part of the last group
+            groups[-1] = (groups[-1][0] + go, groups[-1][1])
+            continue
         groups.append((go, gn))
     return groups
 

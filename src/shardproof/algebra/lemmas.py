@@ -252,6 +252,18 @@ for _op in LINEAR_IN:
     _scale_out(_op)
 
 
+@rewrite("mul")
+def _times_one(terms, attrs, children, shape):
+    """x * 1 is x (the one left where a constant factor was pulled out as a scale)."""
+    if len(children) != 2:
+        return None
+    for one, x in (children, children[::-1]):
+        if terms[one].op == "fill" and terms[one].attrs[:1] == (1,) and terms.shape(x) == tuple(shape) \
+                and not isinstance(terms[one].attrs[0], bool):
+            return x
+    return None
+
+
 @rewrite("div")
 def _div_by_scaled(terms, attrs, children, shape):
     """x / (c·d) = (1/c)·(x / d): a count divided by a group size, then divided into a sum."""

@@ -204,7 +204,8 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
         if first is not None and first.positions is not None and first.kind == "held":
             peers = [status[q].get(dist.graphs[q].node(inputs[0].name)) if dist.graphs[q].has(inputs[0].name) else None
                      for q in range(world)]
-            if all(p is not None and p.positions is not None for p in peers):
+            if all(p is not None and p.positions is not None and len(p.positions) == len(first.positions)
+                   for p in peers):  # (rank-dependent code may give other tensors the same name)
                 expected = summarize([p.positions for p in peers], tuple(first.seq_node.shape), world)
     ref_name = counterpart.name if counterpart is not None else None
     expected_text = f"{expected} of single-device {ref_name}" if ref_name else expected
