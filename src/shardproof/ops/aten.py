@@ -853,9 +853,12 @@ def _sdpa_backward_rule(ctx: RuleCtx, g: Val, q: Val, k: Val, v: Val, out: Val, 
     k = layout.materialize(terms, k, [nd - 2, nd - 1])
     v = layout.materialize(terms, v, [nd - 2, nd - 1])
     found = []
+    # k/v expanded to q's heads (GQA's repeat): each copy has its own gradient, indexed like q
+    repeated = [any(len(np.unique(p)) != len(p) for p in (layout.vec_array(x.vecs[d], terms.shape(x.t)[d])
+                                                       for d in range(nd - 2))) for x in (k, v)]
     for d in range(nd - 2):
         pairings = _pairings(terms, [q, k, v], d)
-        if pairings is None or not all(_whole_groups(*f) for f in pairings):
+        if pairings is None or not all(_whole_groups(*f) for f, rep in zip(pairings, repeated) if not rep):
             raise ValueError("the ranks' q and k/v heads are not paired by a rule (or a k/v head's q heads are split)")
         qpos = layout.vec_array(q.vecs[d], terms.shape(q.t)[d])
         offsets = []
@@ -871,8 +874,12 @@ def _sdpa_backward_rule(ctx: RuleCtx, g: Val, q: Val, k: Val, v: Val, out: Val, 
         # q, k, v cut from one fused projection: one gradient of it, each cut where its operand was
         fused = terms.make("sdpa_backward", attrs + ("fused",), children, terms.shape(q.t))
         return tuple(Val(fused, x.vecs) for x in (q, k, v))
-    return tuple(Val(terms.make("sdpa_backward", attrs + (i,), children, terms.shape(x.t)), x.vecs)
-                 for i, x in enumerate((q, k, v)))
+    def grad(i, x, per_copy):
+        if not per_copy:
+            return Val(terms.make("sdpa_backward", attrs + (i,), children, terms.shape(x.t)), x.vecs)
+        shape = terms.shape(q.t)[:nd - 2] + terms.shape(x.t)[nd - 2:]
+        return Val(terms.make("sdpa_backward", attrs + (i, "per_copy"), children, shape), q.vecs[:nd - 2] + x.vecs[nd - 2:])
+    return tuple(grad(i, x, per_copy) for i, (x, per_copy) in enumerate(((q, False), (k, repeated[0]), (v, repeated[1]))))
 
 
 declare(T + "_scaled_dot_product_flash_attention_for_cpu_backward", numerics=_sdpa_backward_num,
