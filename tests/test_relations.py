@@ -166,3 +166,25 @@ def test_bad_yaml(tmp_path):
 def test_interleaved_sizes_must_sum():
     with pytest.raises(RelationError, match="sum to"):
         Interleaved(0, (4, 4)).layout((10, 2), 0, 2)
+
+
+def test_mesh_relation_layouts_parse_and_inference():
+    """dp x tp placements: rank r sits at (r // tp, r % tp); value matching names them."""
+    import numpy as np
+    from shardproof.relations import Mesh
+    from shardproof.relations.infer import relation_by_value
+    from shardproof.relations.spec import held
+    w = np.arange(96.0).reshape(12, 8)
+    cases = [Mesh((2, 2), (Shard(0), Replicate())), Mesh((2, 2), (Replicate(), Interleaved(0, (4, 4, 4)))),
+             Mesh((2, 3), (Replicate(), Shard(1)))]
+    for rel in cases:
+        world = int(np.prod(rel.shape))
+        pieces = [held(w, rel.layout(w.shape, r, world)) for r in range(world)]
+        assert relation_by_value(w, pieces) == rel
+        assert parse_relation(str(rel)) == rel
+    # rank 3 of dp2 x tp2 with the rows split over tp: the second half of the rows
+    assert Mesh((2, 2), (Replicate(), Shard(0))).layout(w.shape, 3, 4)[0].tolist() == list(range(6, 12))
+    with pytest.raises(RelationError):
+        Mesh((2, 2), (Partial(), Replicate())).layout(w.shape, 0, 4)
+    with pytest.raises(RelationError):
+        Mesh((2, 3), (Replicate(), Shard(0))).layout(w.shape, 0, 4)

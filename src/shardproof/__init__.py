@@ -1,8 +1,9 @@
 """shardproof: prove a parallelized model computes what its single-device version computes."""
-from .case import Case
-from .relations import Ignore, Interleaved, Partial, Replicate, Shard, Slices
+from .case import SGD, AdamW, Case, Train
+from .relations import Ignore, Interleaved, Mesh, Partial, Replicate, Shard, Slices
 
-__all__ = ["Case", "Ignore", "Interleaved", "Partial", "Replicate", "Shard", "Slices", "verify"]
+__all__ = ["AdamW", "Case", "Ignore", "Interleaved", "Mesh", "Partial", "Replicate", "SGD", "Shard", "Slices", "Train",
+           "verify"]
 
 
 def verify(case, **options):

@@ -55,6 +55,8 @@ def capture_case(case: Case, world_size: int | None = None, progress: Progress =
     world = world_size or case.world_size
     say = progress or _quiet
     total = world + 1 + len(ENGINE_STAGES)
+    if case.train is not None:
+        return _capture_training(case, world, say, total)
     try:
         say("capturing the single-device program", 0, total)
         seq = tc.capture_single(case.single, case.inputs)
@@ -86,6 +88,48 @@ def lower_jax_case(case: Case, world_size: int | None, spec: dict, progress: Pro
     return seq, DistributedProgram(graphs), values
 
 
+def _capture_training(case: Case, world: int, say, total: int):
+    """Trace the reference training step and every rank's ``train_step``."""
+    from .frontends import torch_capture as tc
+    from .frontends import torch_train as tt
+    try:
+        say("capturing the single-device training step", 0, total)
+        seq, seq_inputs = tt.capture_single_step(case.single, case.inputs, case.train)
+        graphs, rank_values = [], []
+        for rank in range(world):
+            say(f"capturing rank {rank} of {world} (training step)", 1 + rank, total)
+            data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
+            graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data, case.train)
+            graphs.append(graph)
+            rank_values.append(_numpy(inputs))
+    except tc.CaptureError as exc:
+        raise InputError(str(exc)) from None
+    return seq, DistributedProgram(graphs), _numpy(seq_inputs), rank_values
+
+
+GRADIENT_OUTPUTS = ("grad:", "updated:")
+
+
+def training_expectations(seq: Graph, dist: DistributedProgram, bindings: dict) -> tuple[DistributedProgram, dict]:
+    """A parameter's gradient and updated value are expected to relate to the single-device
+    ones as the parameter does. Distributed outputs are renamed after the single-device
+    parameter they belong to (``grad:<dist param>`` -> ``grad:<single param>``)."""
+    expect, renamed = {}, {}
+    for name in dist.graphs[0].outputs:
+        prefix = next((p for p in GRADIENT_OUTPUTS if name.startswith(p)), None)
+        b = bindings.get(name[len(prefix):]) if prefix else None
+        if b is None:
+            continue
+        seq_name = prefix + b.seq_name
+        if seq_name not in seq.outputs:
+            raise RelationError(f"the distributed step returns {name}, but the single-device parameter it relates to "
+                                f"({b.seq_name}) has no {prefix[:-1]} output")
+        renamed[name] = seq_name
+        expect[seq_name] = b.relation
+    graphs = [replace(g, outputs={renamed.get(k, k): v for k, v in g.outputs.items()}) for g in dist.graphs]
+    return DistributedProgram(graphs), expect
+
+
 @dataclass
 class Prepared:
     """A captured case or loaded dumps, with input relations and the outputs to check
@@ -96,6 +140,7 @@ class Prepared:
     expect: dict
     examples: dict
     name: str = ""
+    gradients: frozenset = frozenset()  # training: outputs that are gradients or updated parameters
 
 
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
@@ -122,11 +167,15 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
                               spec, seq_values, rank_values)
+    if case.train is not None:
+        dist, expected = training_expectations(seq, dist, bindings)
+        expect = {**expected, **_expand_globs(expect, list(seq.outputs))}
     for name in expect:
         if name not in seq.outputs:
             raise RelationError(f"the expectation names output {name!r}, but the single-device program's outputs "
                                 f"are: {', '.join(seq.outputs)}")
-    return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values), case.name)
+    gradients = frozenset(n for n in seq.outputs if n.startswith(GRADIENT_OUTPUTS)) if case.train else frozenset()
+    return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values), case.name, gradients)
 
 
 def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
@@ -264,9 +313,28 @@ def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_re
 
 def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None) -> Report:
     """Verify; with `views` the report carries every node's relation status (``report.graphs``:
-    the single-device graph, then each rank's), which the HTML report draws."""
-    return verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name, views=views,
-                         progress=progress)
+    the single-device graph, then each rank's), which the HTML report draws. A training
+    step's report tabulates each parameter's gradient and updated value."""
+    report = verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name, views=views,
+                           progress=progress, gradients=p.gradients)
+    if p.gradients:
+        report.parameters = parameter_table(p, report)
+    return report
+
+
+def parameter_table(p: Prepared, report: Report) -> list[dict]:
+    """Each parameter's relation, and the relation its gradient and updated value hold."""
+    holds = {o.name: o.holds for o in report.outputs}
+    rows = []
+    for name, b in p.bindings.items():
+        if f"grad:{b.seq_name}" not in p.seq.outputs:
+            continue
+        row = {"parameter": b.seq_name if b.seq_name == name else f"{name} (of {b.seq_name})",
+               "relation": str(b.relation), "gradient": holds.get(f"grad:{b.seq_name}")}
+        if f"updated:{b.seq_name}" in p.seq.outputs:
+            row["updated"] = holds.get(f"updated:{b.seq_name}")
+        rows.append(row)
+    return rows
 
 
 def cross_check(p: Prepared, seeds=(0, 1, 2)) -> list[str]:
@@ -289,7 +357,7 @@ def mutation_test(case: Case, world_size: int | None = None, operators=None, pro
     outcomes = []
     for i, m in enumerate(todo):
         say(f"{case.name}: {m.what}", i, len(todo))
-        outcomes.append(judge(p.seq, m, p.bindings, p.expect, p.examples))
+        outcomes.append(judge(p.seq, m, p.bindings, p.expect, p.examples, gradients=p.gradients))
     return outcomes
 
 
@@ -309,6 +377,16 @@ def run_zoo_case(case: Case, name: str, progress: Progress = None):
         result.verdict, result.error = "error", str(exc)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _expand_globs(expect: dict, outputs: list[str]) -> dict:
+    """Expectations keyed by output name or glob (``grad:*``) -> by output name."""
+    import fnmatch
+    out = {}
+    for pattern, rel in expect.items():
+        names = [pattern] if pattern in outputs else fnmatch.filter(outputs, pattern) or [pattern]
+        out.update({name: rel for name in names})
+    return out
 
 
 def _integer_inputs(values: dict) -> dict:

@@ -108,7 +108,8 @@ def _import_file(path: str, what: str):
     if not os.path.isfile(path):
         raise UsageError(f"{what} {path} does not exist")
     here = os.path.dirname(os.path.abspath(path))
-    for d in (here, os.path.dirname(here)):  # user files may import their siblings
+    parent = os.path.dirname(here)
+    for d in (here, parent, os.path.dirname(parent)):  # user files may import their (parents') siblings
         if d not in sys.path:
             sys.path.insert(0, d)
     name = "shardproof_user_" + os.path.splitext(os.path.basename(path))[0]

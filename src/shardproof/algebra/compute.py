@@ -50,7 +50,8 @@ def _aligned(terms: TermStore, vals: list[Val], full_dims: Sequence[int] = ()) -
                 terms.shape(vals[i].t)[dim_of(vals[i])] == terms.shape(ref.t)[ref_d]
                 and same_vec(vals[i].vecs[dim_of(vals[i])], ref.vecs[ref_d]) for i in carriers)
             if not agree:
-                shifted = _offset_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers])
+                shifted = _prefix_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers]) \
+                    or _offset_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers])
                 for n, i in enumerate(carriers):
                     vals[i] = shifted[n] if shifted else materialize(terms, vals[i], [dim_of(vals[i])])
                 ref = vals[carriers[0]]
@@ -61,6 +62,20 @@ def _aligned(terms: TermStore, vals: list[Val], full_dims: Sequence[int] = ()) -
             out_vecs.append(None)
             out_shape.append(1)
     return vals, tuple(out_vecs), tuple(out_shape)
+
+
+def _prefix_aligned(terms: TermStore, vals: list[Val], dims: list[int]):
+    """Operands holding the same positions of dims of different extents, all below the
+    shortest (a head block of a fused attention output against the same block of the
+    unfused weight): each is cut to the shortest extent (as contractions do), keeping
+    the common selection; None if not so."""
+    sizes = [terms.shape(v.t)[d] for v, d in zip(vals, dims)]
+    low = min(sizes)
+    pos = [vec_array(v.vecs[d], s) for v, d, s in zip(vals, dims, sizes)]
+    if len(set(sizes)) < 2 or any(len(p) != len(pos[0]) or not np.array_equal(p, pos[0]) for p in pos) \
+            or not len(pos[0]) or pos[0].max() >= low:
+        return None
+    return [truncate(terms, v, d, low) for v, d in zip(vals, dims)]
 
 
 def _offset_aligned(terms: TermStore, vals: list[Val], dims: list[int]):
@@ -232,6 +247,7 @@ def dot(terms: TermStore, a: Val, b: Val, lhs_batch: Sequence[int], rhs_batch: S
             ash, bsh = terms.shape(a.t), terms.shape(b.t)
         if not (ash[i] == bsh[j] and same_vec(a.vecs[i], b.vecs[j])):
             a, b = materialize(terms, a, [i]), materialize(terms, b, [j])
+            ash, bsh = terms.shape(a.t), terms.shape(b.t)
     over = tuple(pair_set(a.vecs[i], ash[i], b.vecs[j], bsh[j]) for i, j in zip(lhs_contract, rhs_contract))
     if all(o is None for o in over):
         over = None

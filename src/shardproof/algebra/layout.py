@@ -118,8 +118,12 @@ def truncate(terms: TermStore, val: Val, dim: int, size: int) -> Val:
 # ---------------------------------------------------------------- views
 
 def view_term(terms: TermStore, op: str, attrs: tuple, t: int, shape) -> int:
-    """A view of a term, with view chains collapsed so both programs agree."""
+    """A view of a term, with view chains collapsed and exact scales kept above views
+    (``view(c·x) = c·view(x)``), so both programs agree."""
     inner = terms[t]
+    if op in ("reshape", "permute") and inner.op == "lin" and len(inner.children) == 1 \
+            and terms.shape(inner.children[0]) == inner.shape:
+        return terms.make("lin", inner.attrs, (view_term(terms, op, attrs, inner.children[0], shape),), shape)
     if op == "reshape":
         if tuple(shape) == inner.shape:
             return t
@@ -241,6 +245,23 @@ def expand(terms: TermStore, val: Val, shape: Sequence[int]) -> Val:
     return Val(val.t, tuple(vecs))
 
 
+def _group_dims_units_left(old: Sequence[int], new: Sequence[int]):
+    """The reshape's groups with each unit dim joined to the group before it (where
+    `_group_dims` joins it to the one after): ``[s, 1, h] -> [s, h]`` as ``[s, 1] -> [s]``,
+    ``[s, h] -> [s, 1, h]`` as ``[s] -> [s, 1]``."""
+    groups = _group_dims(old, new)
+    out = []
+    for go, gn in groups:
+        if out and len(go) > 1 and old[go[0]] == 1:
+            out[-1] = (out[-1][0] + go[:1], out[-1][1])
+            go = go[1:]
+        if out and len(gn) > 1 and new[gn[0]] == 1:
+            out[-1] = (out[-1][0], out[-1][1] + gn[:1])
+            gn = gn[1:]
+        out.append((go, gn))
+    return out
+
+
 def _group_dims(old: Sequence[int], new: Sequence[int]):
     """Pair up runs of old and new dims with equal products (the reshape's groups)."""
     groups, i, j = [], 0, 0
@@ -260,6 +281,9 @@ def _group_dims(old: Sequence[int], new: Sequence[int]):
         # absorb trailing unit dims into this group so groups stay non-empty
         while j < len(new) and new[j] == 1 and i >= len(old):
             gn.append(j); j += 1
+        if not gn and groups:  # trailing old unit dims: part of the last group
+            groups[-1] = (groups[-1][0] + go, groups[-1][1])
+            continue
         groups.append((go, gn))
     return groups
 
@@ -291,8 +315,27 @@ def reshape(terms: TermStore, val: Val, new_shape: Sequence[int]) -> Val:
     if list(cur) == new_shape:
         return val
     ts = terms.shape(val.t)
+    groupings = [_group_dims(cur, new_shape)]
+    if _group_dims_units_left(cur, new_shape) != groupings[0]:
+        groupings.append(_group_dims_units_left(cur, new_shape))
+    built = [_reshape_options(terms, val, grouping, new_shape) for grouping in groupings]
+    if built[0] is None:
+        return reshape(terms, materialize(terms, val), new_shape)
+    built = [b for b in built if b is not None]
+    # prefer a split whose term the other program already built; else the plainest
+    base = terms[val.t].children[0] if terms[val.t].op == "reshape" else val.t
+    for shape, vecs in (b for options in built for b in options):
+        if shape in (ts, terms.shape(base)) or terms.lookup("reshape", (shape,), (base,)) is not None:
+            return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
+    shape, vecs = min((b for options in built for b in options), key=_selection_cost)  # the plainest selection
+    return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
+
+
+def _reshape_options(terms: TermStore, val: Val, grouping, new_shape) -> list | None:
+    """Every (term shape, layout) the reshaped selection can take, per the grouping."""
+    ts = terms.shape(val.t)
     options: list[list[tuple[list[int], list[Vec]]]] = []
-    for go, gn in _group_dims(cur, new_shape):
+    for go, gn in grouping:
         total = prod(ts[d] for d in go)
         merged = np.zeros(1, dtype=np.int64)
         for d in go:
@@ -302,40 +345,52 @@ def reshape(terms: TermStore, val: Val, new_shape: Sequence[int]) -> Val:
         for b in reversed([new_shape[d] for d in gn[1:]]):
             nxt = []
             for sizes, vecs, rem, tot in partial:
-                cands = [(1, rem, np.zeros(1, np.int64))] if b == 1 else _split_candidates(rem, b, tot)
+                cands = _split_candidates(rem, b, tot)
+                if b == 1:  # a unit dim: a new dim of its own, or one position of a term dim split off
+                    cands = [(1, rem, np.zeros(1, np.int64))] + [c for c in cands if c[0] > 1 and c[0] < tot]
                 for tb, u, w in cands:
                     nxt.append(([tb] + sizes, [w] + vecs, u, tot // tb))
             partial = nxt
             if not partial:
-                return reshape(terms, materialize(terms, val), new_shape)
+                return None
         options.append([([tot] + sizes, [rem] + vecs) for sizes, vecs, rem, tot in partial])
-    # choose per group; prefer a combination whose term the other program already built
     combos = [[]]
     for opts in options:
         combos = [c + [o] for c in combos for o in opts][:64]
+
     def build(combo):
         shape, vecs = [], []
         for sizes, vs in combo:
             shape += sizes
             vecs += [canon_vec(v, s) for v, s in zip(vs, sizes)]
         return tuple(shape), tuple(vecs)
-    built = [build(c) for c in combos]
-    for shape, vecs in built:
-        base = terms[val.t].children[0] if terms[val.t].op == "reshape" else val.t
-        if shape in (ts, terms.shape(base)) or terms.lookup("reshape", (shape,), (base,)) is not None:
-            return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
-    shape, vecs = min(built, key=_selection_cost)  # the plainest selection: whole dims, then blocks
-    return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
+    return [build(c) for c in combos]
 
 
 def _selection_cost(shape_vecs) -> tuple:
-    """Prefer splits that select whole dims, then contiguous blocks, then coarse outer dims:
-    both programs then pick the same split of a merged dim (e.g. [batch*heads] into
-    [batch, heads] with a block of heads, not into [2*batch, heads/2] with a stride)."""
+    """Prefer splits that select whole dims, then contiguous blocks, then a selection of
+    outer rather than inner dims, then coarse outer dims: both programs then pick the same
+    split of a merged dim (e.g. [batch*heads] into [batch, heads] with a block of heads,
+    not into [2*batch, heads/2] with a stride; a micro-batch of one row of [batch*seq]
+    into [batch, seq] with that row, not into [1, batch*seq] with a block)."""
     shape, vecs = shape_vecs
     partial = sum(v is not None for v in vecs)
     strided = sum(v is not None and len(v) > 1 and not np.array_equal(np.diff(v), np.ones(len(v) - 1)) for v in vecs)
-    return partial, strided, tuple(-s for s in reversed(shape))
+    return partial, strided, tuple(v is None for v in vecs), tuple(-s for s in reversed(shape))
+
+
+def _broadcast_to_selection(terms: TermStore, val: Val, extent: dict) -> Val:
+    """A piece broadcast along dims of `extent` ({dim: (term extent, selection)}) as the
+    same selection of an expanded term: its values are equal at every position there."""
+    ts = terms.shape(val.t)
+    dims = [d for d in extent if ts[d] == 1 and extent[d][0] > 1]
+    if not dims:
+        return val
+    local = shape_of(terms, val)
+    val = materialize(terms, val, [d for d in range(len(ts)) if d not in extent])
+    shape = [extent[d][0] if d in dims else (ts[d] if d in extent else local[d]) for d in range(len(ts))]
+    t = terms.make("expand", (tuple(shape),), (val.t,), shape)
+    return Val(t, tuple(extent[d][1] if d in dims else val.vecs[d] for d in range(len(ts))))
 
 
 def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:
@@ -351,10 +406,19 @@ def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:
         vecs = list(first.vecs)
         vecs[dim] = canon_vec(joined, ts[dim])
         return Val(first.t, tuple(vecs))
-    # other dims selected alike in every piece stay selections (cat commutes with them)
+    # other dims selected alike in every piece stay selections (cat commutes with them);
+    # a piece broadcast along a dim (a constant fill) agrees with any selection of it
     nd = len(first.vecs)
-    keep = [d for d in range(nd) if d != dim and all(
-        terms.shape(v.t)[d] == terms.shape(first.t)[d] and same_vec(v.vecs[d], first.vecs[d]) for v in vals)]
+    keep, extent = [], {}
+    for d in range(nd):
+        carriers = [v for v in vals if terms.shape(v.t)[d] > 1]
+        if d == dim or not carriers:
+            continue
+        ref = carriers[0]
+        if all(terms.shape(v.t)[d] == terms.shape(ref.t)[d] and same_vec(v.vecs[d], ref.vecs[d]) for v in carriers):
+            keep.append(d)
+            extent[d] = (terms.shape(ref.t)[d], ref.vecs[d])
+    vals = [_broadcast_to_selection(terms, v, extent) for v in vals]
     parts = [materialize(terms, v, [d for d in range(nd) if d not in keep]) for v in vals]
     shapes = [terms.shape(p.t) for p in parts]
     shape = list(shapes[0])

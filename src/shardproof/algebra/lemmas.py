@@ -119,9 +119,18 @@ def linear_parts(terms: TermStore, t: int) -> dict[int, Fraction]:
     return {t: Fraction(1)}
 
 
+def _flattened(terms: TermStore, parts: dict[int, Fraction]) -> dict[int, Fraction]:
+    """Parts that are linear forms themselves merge into this one; zero parts drop."""
+    flat: dict[int, Fraction] = {}
+    for t, c in parts.items():
+        for k, ck in linear_parts(terms, t).items():
+            flat[k] = flat.get(k, Fraction(0)) + c * ck
+    return {t: c for t, c in flat.items() if c != 0}
+
+
 def linear(terms: TermStore, parts: dict[int, Fraction], shape) -> int | None:
     """Build the normal form of Σ c·t (None when everything cancels)."""
-    parts = _whole_reductions(terms, {t: c for t, c in parts.items() if c != 0})
+    parts = _flattened(terms, _whole_reductions(terms, _common_divisors(terms, _flattened(terms, parts), shape)))
     if not parts:
         return None
     if len(parts) == 1:
@@ -136,19 +145,133 @@ def _whole_reductions(terms: TermStore, parts: dict[int, Fraction]) -> dict[int,
     """c·sum(x[P_1]) + ... + c·sum(x[P_k]) over a partition P of a dim is c·sum(x): the
     same identity a collective completes, met inside one program (micro-batches of a
     batch accumulated one after another)."""
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple, list[tuple[int, int]]] = {}
     for t, c in parts.items():
-        term = terms[t]
+        views, base = _peel_views(terms, t)  # the same view of each piece is a view of their sum
+        term = terms[base]
         if term.op in COMPLETES and COMPLETES[term.op] == "sum":
-            groups.setdefault((c, term.op, term.children), []).append(t)
-    for (c, _, _), ts in groups.items():
-        if len(ts) > 1:
-            whole = complete_partials(terms, ts, "sum")
+            groups.setdefault((c, views, term.op, term.children), []).append((t, base))
+    for (c, views, _, _), found in groups.items():
+        if len(found) > 1:
+            whole = complete_partials(terms, [base for _, base in found], "sum")
             if whole is not None:
-                for t in ts:
+                for t, _ in found:
                     del parts[t]
+                for op, attrs, shape in reversed(views):
+                    whole = view_term(terms, op, attrs, whole, shape)
                 parts[whole] = parts.get(whole, Fraction(0)) + c
     return parts
+
+
+def _peel_views(terms: TermStore, t: int) -> tuple[tuple, int]:
+    """The chain of reshapes/permutes over a term (outermost first) and the term under it."""
+    views = []
+    while terms[t].op in ("reshape", "permute"):
+        views.append((terms[t].op, terms[t].attrs, terms[t].shape))
+        t = terms[t].children[0]
+    return tuple(views), t
+
+
+EXACT_DIV = ("$", "$", (("rounding_mode", None),))
+
+
+def _common_divisors(terms: TermStore, parts: dict[int, Fraction], shape) -> dict[int, Fraction]:
+    """Σ c_i·(x_i / d) is (Σ c_i·x_i) / d: division by one tensor is linear in the
+    numerator (a loss normalised by the global token count, summed over micro-batches)."""
+    groups: dict[int, list[int]] = {}
+    for t in parts:
+        term = terms[t]
+        if term.op == "div" and term.attrs == EXACT_DIV and term.shape == tuple(shape) \
+                and terms.shape(term.children[0]) == tuple(shape):
+            groups.setdefault(term.children[1], []).append(t)
+    for divisor, ts in groups.items():
+        if len(ts) < 2:
+            continue
+        numerator = linear(terms, {terms[t].children[0]: parts.pop(t) for t in ts}, shape)
+        if numerator is not None:
+            whole = terms.make("div", EXACT_DIV, (numerator, divisor), shape)
+            parts[whole] = parts.get(whole, Fraction(0)) + 1
+    return parts
+
+
+def scaled_part(terms: TermStore, t: int):
+    """(x, c) when term t is c·x: a one-part linear form, or views of one (scales sit
+    under views in the normal form), else None."""
+    term = terms[t]
+    if term.op in ("reshape", "permute"):
+        inner = scaled_part(terms, term.children[0])
+        return None if inner is None else (view_term(terms, term.op, term.attrs, inner[0], term.shape), inner[1])
+    if term.op == "lin" and len(term.children) == 1 and terms.shape(term.children[0]) == term.shape:
+        return term.children[0], term.attrs[0]
+    value = term.attrs[0] if term.op == "fill" and term.attrs else None
+    if isinstance(value, (int, Fraction)) and not isinstance(value, bool) and value not in (0, 1):
+        return terms.make("fill", (1,), (), term.shape), Fraction(value)  # the constant c is c times one
+    return None
+
+
+# Ops homogeneous of degree one in some operands (term op -> child positions): a product
+# in each factor, a quotient in its numerator, every backward op in the incoming gradient.
+LINEAR_IN: dict[str, tuple[int, ...]] = {
+    "mul": (0, 1), "div": (0,), "dot": (0, 1), "gelu_backward": (0,), "threshold_backward": (0,),
+    "sigmoid_backward": (0,), "tanh_backward": (0,), "silu_backward": (0,), "softmax_backward": (0,),
+    "log_softmax_backward": (0,), "layer_norm_backward": (0,), "sdpa_backward": (0,),
+}
+ELEMENTWISE = {"mul", "div", "gelu_backward", "threshold_backward", "sigmoid_backward", "tanh_backward",
+               "silu_backward"}
+
+
+def _product(terms: TermStore, op: str, attrs, kids: tuple, shape) -> int:
+    """op(kids), elementwise ops applied before a reshape as compute.elementwise does."""
+    from .compute import _reshape_lifted
+    lifted = _reshape_lifted(terms, kids, shape) if op in ELEMENTWISE else None
+    if lifted is None:
+        return terms.make(op, attrs, kids, shape)
+    base, inner_kids = lifted
+    return view_term(terms, "reshape", (tuple(shape),), terms.make(op, attrs, inner_kids, terms.shape(base)), shape)
+
+
+def _scale_out(op: str):
+    """c·x in a slot the op is linear in: (c)·op(x, ...), so exact scales (a loss scale, a
+    1/N normalisation, an average over a group) float to the top and both programs meet in
+    one form however they scaled."""
+    def rule(terms, attrs, children, shape):
+        if op == "div" and attrs != EXACT_DIV:
+            return None
+        kids, c = list(children), Fraction(1)
+        for i in LINEAR_IN[op]:
+            found = scaled_part(terms, children[i]) if i < len(children) else None
+            if found is not None:
+                kids[i], c = found[0], c * found[1]
+        if c == 1 and kids == list(children):
+            return None
+        return linear(terms, {_product(terms, op, attrs, tuple(kids), shape): c}, shape)
+    rewrite(op)(rule)
+
+
+for _op in LINEAR_IN:
+    _scale_out(_op)
+
+
+@rewrite("mul")
+def _times_one(terms, attrs, children, shape):
+    """x * 1 is x (the one left where a constant factor was pulled out as a scale)."""
+    if len(children) != 2:
+        return None
+    for one, x in (children, children[::-1]):
+        if terms[one].op == "fill" and terms[one].attrs[:1] == (1,) and terms.shape(x) == tuple(shape) \
+                and not isinstance(terms[one].attrs[0], bool):
+            return x
+    return None
+
+
+@rewrite("div")
+def _div_by_scaled(terms, attrs, children, shape):
+    """x / (c·d) = (1/c)·(x / d): a count divided by a group size, then divided into a sum."""
+    x, d = children if len(children) == 2 else (None, None)
+    scaled = scaled_part(terms, d) if attrs == EXACT_DIV and d is not None else None
+    if scaled is None or scaled[1] == 0:
+        return None
+    return linear(terms, {terms.make("div", attrs, (x, scaled[0]), shape): 1 / Fraction(scaled[1])}, shape)
 
 
 def _merge(terms, weighted, shape):
@@ -196,10 +319,24 @@ def _sum_linear(terms: TermStore, ts: list[int]):
     rest = [paired(f) for f in forms]
     coefs = [c for c, _ in rest[0]]
     if any([c for c, _ in r] != coefs for r in rest):
-        return None
+        return _sum_of_all_parts(terms, forms, shape)
     for i, c in enumerate(coefs):
         summed = sum_terms(terms, [r[i][1] for r in rest])
+        if terms[summed].op == "sum_ranks":
+            return _sum_of_all_parts(terms, forms, shape)
         acc[summed] = acc.get(summed, Fraction(0)) + c
+    return linear(terms, acc, shape)
+
+
+def _sum_of_all_parts(terms: TermStore, forms: list[dict[int, Fraction]], shape):
+    """Σ_r Σ_i c_ri·t_ri is one linear form of all the ranks' parts (a part only some
+    ranks hold counts once per holder); pieces of one reduction over a partition, with
+    equal coefficients, complete in it (a squared-gradient norm: sharded parameters'
+    partial sums on every rank, replicated ones added on one rank)."""
+    acc: dict[int, Fraction] = {}
+    for form in forms:
+        for t, c in form.items():
+            acc[t] = acc.get(t, Fraction(0)) + c
     return linear(terms, acc, shape)
 
 
@@ -214,6 +351,46 @@ def _sum_of_linear(terms, attrs, children, shape):
         return None
     return linear(terms, {terms.make("sum", attrs, (k,), shape): c for k, c in zip(inner.children, inner.attrs)},
                   shape)
+
+
+def merged_groups(src, dst) -> list[list[int]] | None:
+    """For a reshape that only merges consecutive dims, the source dims of each target
+    dim (size-1 dims go with their neighbours); None if it splits a dim."""
+    groups, i = [], 0
+    for size in dst:
+        group, prod = [], 1
+        while i < len(src) and (prod < size or src[i] == 1 and prod == size == 1 and not group):
+            group.append(i)
+            prod *= src[i]
+            i += 1
+        if prod != size:
+            return None
+        groups.append(group)
+    while i < len(src) and src[i] == 1 and groups:
+        groups[-1].append(i)
+        i += 1
+    return groups if i == len(src) else None
+
+
+@rewrite("sum")
+def _sum_of_merged_view(terms, attrs, children, shape):
+    """Summing a reshape that merged the reduced dims is summing the dims it merged:
+    ``sum(x.view(b*s, h), 0) = sum(x, (0, 1))`` (a batch and its micro-batches agree)."""
+    dims, keepdim, over, *extra = attrs
+    inner = terms[children[0]]
+    if over is not None or inner.op != "reshape":
+        return None
+    src = terms.shape(inner.children[0])
+    groups = merged_groups(src, inner.shape)
+    if groups is None or any(sum(src[d] > 1 for d in groups[j]) > 1 for j in range(len(groups)) if j not in dims):
+        return None
+    reduced = tuple(sorted(d for j in dims for d in groups[j]))
+    if not reduced:
+        return None
+    kept = [src[d] for d in range(len(src)) if keepdim or d not in reduced]
+    kept = [1 if d in reduced else s for d, s in zip(range(len(src)), src)] if keepdim else kept
+    t = terms.make("sum", (reduced, keepdim, None, *extra), (inner.children[0],), kept)
+    return view_term(terms, "reshape", (tuple(shape),), t, shape)
 
 
 # ---------------------------------------------------------------- log-sum-exp

@@ -13,12 +13,13 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .compute import pair_set, scale
-from .layout import Val, materialize, same_vec
+from .layout import Val, materialize, same_vec, view_term
 from .terms import TermStore
 
 # op -> which child positions a sum over ranks distributes into
 #   "all": linear in all children jointly (add, sub, views, gathers, concatenation)
 #   "one": linear in each child separately (mul, dot): the others must agree across ranks
+#   "first": linear in the first child only (division by a common divisor)
 LINEARITY: dict[str, str] = {}
 # partial reductions whose pieces a collective of this kind completes
 COMPLETES: dict[str, str] = {"sum": "sum", "dot": "sum", "amax": "max", "amin": "min"}
@@ -26,17 +27,21 @@ COMPLETES: dict[str, str] = {"sum": "sum", "dot": "sum", "amax": "max", "amin": 
 RANK_SUM_LEMMAS: list[Callable[[TermStore, list[int]], int | None]] = []
 
 
-def _covers(overs: Sequence[bytes | None], size: int, exact_partition: bool) -> bool:
+def _union(overs: Sequence[bytes | None], size: int, disjoint: bool):
+    """The index set the pieces cover together (None: all of the dim), or False when a
+    piece is whole or, for a sum, pieces overlap (an element would count twice)."""
     if any(o is None for o in overs):
         return False
     idx = np.concatenate([np.frombuffer(o, dtype=np.int64) for o in overs])
-    if exact_partition:
-        return len(idx) == size and np.array_equal(np.sort(idx), np.arange(size))
-    return np.array_equal(np.unique(idx), np.arange(size))
+    union = np.unique(idx)
+    if disjoint and len(union) != len(idx):
+        return False
+    return None if np.array_equal(union, np.arange(size)) else union.tobytes()
 
 
 def complete_partials(terms: TermStore, ts: list[int], kind: str) -> int | None:
-    """Pieces of one reduction over a partition (sum) or cover (max/min) of its dim."""
+    """Pieces of one reduction over disjoint parts (sum) or any parts (max/min) of a dim:
+    the reduction over their union (whole when they cover the dim)."""
     first = terms[ts[0]]
     if COMPLETES.get(first.op) != kind:
         return None
@@ -70,9 +75,10 @@ def complete_partials(terms: TermStore, ts: list[int], kind: str) -> int | None:
     if len(varying) != 1:
         return None
     k = varying[0]
-    if not _covers([o[k] for o in overs], src[dims[k]], exact_partition=(kind == "sum")):
+    union = _union([o[k] for o in overs], src[dims[k]], disjoint=(kind == "sum"))
+    if union is False:
         return None
-    rest = tuple(None if i == k else o for i, o in enumerate(overs[0]))
+    rest = tuple(union if i == k else o for i, o in enumerate(overs[0]))
     rest = None if all(o is None for o in rest) else rest
     return terms.make(first.op, (dims, keepdim, rest, *extra), first.children, first.shape)
 
@@ -96,10 +102,12 @@ def sum_terms(terms: TermStore, ts: list[int]) -> int:
     kind = LINEARITY.get(first.op)
     if same_shape and kind == "all":
         kids = tuple(sum_terms(terms, [terms[t].children[i] for t in ts]) for i in range(len(first.children)))
+        if first.op in ("reshape", "permute"):  # views of the sum, collapsed as views are
+            return view_term(terms, first.op, first.attrs, kids[0], first.shape)
         return terms.make(first.op, first.attrs, kids, first.shape)
-    if same_shape and kind == "one":
+    if same_shape and kind in ("one", "first"):
         differing = [i for i in range(len(first.children)) if len({terms[t].children[i] for t in ts}) > 1]
-        if len(differing) == 1:
+        if differing == [0] or kind == "one" and len(differing) == 1:
             i = differing[0]
             kids = list(first.children)
             kids[i] = sum_terms(terms, [terms[t].children[i] for t in ts])

@@ -16,6 +16,9 @@ class Term:
     shape: tuple[int, ...]
 
 
+# term ops whose operands commute: their children are kept sorted, so a*b and b*a are one term
+COMMUTATIVE: set[str] = set()
+
 # op -> rewrite rules applied when a term with that head is built: each takes
 # (store, attrs, children, shape) and returns an equal term's id, or None.
 REWRITES: dict[str, list] = {}
@@ -37,6 +40,8 @@ class TermStore:
         self._ids: dict[tuple, int] = {}
 
     def make(self, op: str, attrs: tuple, children: tuple[int, ...], shape) -> int:
+        if op in COMMUTATIVE:
+            children = tuple(sorted(children))
         for rule in REWRITES.get(op, ()):
             out = rule(self, attrs, tuple(children), tuple(shape))
             if out is not None:

@@ -250,6 +250,16 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
         if op in DIM_COLLECTIVES:
             return "wrong-dim", f"the shards are gathered/scattered along a dim that does not match their sharding{where}"
         return "wrong-collective", f"this collective does not produce the single-device value{where}"
+    pieces = any(rel is not None and rel.kind == "piece" for rel in input_rels)
+    if pieces and op in ("div", "mul") and len(list(node.inputs)) == 1:
+        return ("scaling-mismatch",
+                f"a share of a sum (one micro-batch's or one rank's) is rescaled on its own, so the shares no longer "
+                f"add up to the single-device value: scale the whole once, after accumulating{where}")
+    if pieces and op == "div":
+        return ("wrong-normalization",
+                f"a piece of a sum (one micro-batch's or one rank's share) is divided by a count of its own: divide "
+                f"every piece by the global count (all micro-batches, all data-parallel ranks) so the pieces add up "
+                f"to the whole{where}")
     if partial_in:
         if node.op in LINEAR_OPS:
             return ("partial-sum-never-reduced",
@@ -370,7 +380,8 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
         if first is not None and first.positions is not None and first.kind == "held":
             peers = [status[q].get(dist.graphs[q].node(inputs[0].name)) if dist.graphs[q].has(inputs[0].name) else None
                      for q in range(world)]
-            if all(p is not None and p.positions is not None for p in peers):
+            if all(p is not None and p.positions is not None and len(p.positions) == len(first.positions)
+                   for p in peers):  # (rank-dependent code may give other tensors the same name)
                 expected = summarize([p.positions for p in peers], tuple(first.seq_node.shape), world)
     ref_name = counterpart.name if counterpart is not None else None
     expected_text = f"{expected} of single-device {ref_name}" if ref_name else expected
@@ -399,6 +410,19 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                            misread=_misread_operand(run, seq, producer, inputs, input_rels, r),
                            borrowed=_borrowed_piece(dist, inputs, status, ranks),
                            mixed_dim=_mixed_sharded_dim(counterpart, input_rels, s_env))
+    own = status[r].get(node)
+    if own is not None and own.kind == "piece" and is_collective(node):
+        group = node.args[-1] if node.args and isinstance(node.args[-1], tuple) else ()
+        kind, hint = "wrong-group", (f"this {node.op.split('.')[-1]} over ranks {list(group)} leaves a share of the "
+                                     f"reduction that the later steps never complete: the pieces are held by another "
+                                     f"group of ranks (e.g. the shard group, not the replicate group)"
+                                     + (f" at {node.source}" if node.source else ""))
+    if own is not None and own.kind == "scaled" and kind == "value-mismatch":  # proven: exactly a multiple
+        ref_name = own.seq_node.name
+        expected_text = f"{expected} of single-device {ref_name}"
+        kind, hint = "scaling-mismatch", (f"this is exactly {own.factor} times single-device {ref_name}: check the "
+                                          f"scale factor (group size, micro-batch count, loss normalisation)"
+                                          + (f" at {node.source}" if node.source else ""))
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
                           for x, rel in zip(inputs, input_rels))
     own = status[r].get(node)

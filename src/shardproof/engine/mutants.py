@@ -67,7 +67,10 @@ def _edit(dist: DistributedProgram, ranks, fn: Callable[[Graph, int], object]) -
     returns False (the mutation does not apply there)."""
     mutant = copy.deepcopy(dist)
     for r in ranks:
-        if fn(mutant.graphs[r], r) is False:
+        try:
+            if fn(mutant.graphs[r], r) is False:
+                return None
+        except KeyError:  # ranks' graphs may differ (rank-dependent code): no such node there, no mutant
             return None
     return mutant
 
@@ -278,10 +281,10 @@ def _swap_ranks(dist):
 # ---------------------------------------------------------------- judging
 
 def judge(seq: Graph, mutant: Mutant, bindings: dict, expect: dict | None = None, examples: dict | None = None,
-          seeds=(0, 1, 2)) -> Outcome:
+          seeds=(0, 1, 2), gradients: frozenset = frozenset()) -> Outcome:
     """Verify a mutant; a verified one is checked numerically on random inputs."""
     t0 = time.perf_counter()
-    report = verify_graphs(seq, mutant.program, bindings, expect, examples=examples)
+    report = verify_graphs(seq, mutant.program, bindings, expect, examples=examples, gradients=gradients)
     finding = None
     if report.findings:
         f = report.findings[0]

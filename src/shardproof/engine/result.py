@@ -62,6 +62,9 @@ class Report:
     outputs: list[OutputCheck] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
     relations: dict[str, dict] = field(default_factory=dict)  # input -> {relation, of, how}
+    parameters: list[dict] = field(default_factory=list)
+    """Training steps: per parameter {parameter, relation, gradient, updated} (the relation
+    each holds, None where none was proved)."""
     stats: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
     strength: str | None = None

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..algebra.layout import Val, full, vec_array
 from ..algebra.masks import make_fill
-from ..algebra.ranks import combine
+from ..algebra.ranks import COMPLETES, combine
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation, relation_by_value
@@ -40,6 +40,7 @@ ASSUMPTIONS = [
 VIEW_TERMS = ("reshape", "permute")
 ENGINE_STAGES = ("interpreting both programs symbolically", "checking the outputs",
                  "evaluating both programs numerically", "localizing the first divergence")
+PIECEWISE = {"div": 2, "lin": 1, "reshape": 1, "permute": 1}  # term ops linear in child 0 (children count)
 VARYING_LEAVES = {"input", "ignored", "opaque", "partial_input"}
 
 # ---------------------------------------------------------------- relations of tensors
@@ -49,12 +50,21 @@ class Related:
     seq_node: Node
     positions: Optional[list]  # per dim: positions in the single-device tensor (None = all); None unless held
     partial: Optional[str] = None  # the reduce op when the ranks' values combine to seq_node
-    kind: str = "held"  # held | partial | view (a reshape/permute of it) | const | input | local
+    kind: str = "held"  # held | partial | view (a reshape/permute of it) | piece (of a reduction) | scaled | const
+    #                     | input | local (rank-local index arithmetic, masks, recognized lookup pieces)
+    factor: Optional[object] = None  # scaled: the exact factor times the held value
+
+    @property
+    def exact(self) -> bool:
+        """Whether the tensor equals (a piece of) a single-device value (not a multiple of one)."""
+        return self.kind != "scaled"
 
     def describe(self) -> str:
         if self.kind == "partial":
             return f'Partial("{self.partial}")'
-        return {"view": "a view", "const": "a constant", "input": "an input",
+        if self.kind == "scaled":
+            return f"{self.factor} times"
+        return {"view": "a view", "const": "a constant", "input": "an input", "piece": "a piece of the reduction",
                 "local": "a rank-local index or piece"}.get(self.kind, "held")
 
 
@@ -119,6 +129,39 @@ class Relater:
                     return rel
                 best = best or rel
         return best or self._view_of_known(dval.t)
+
+    def scaled(self, dval) -> Optional[Related]:
+        """An exact multiple of a single-device value (an average's sum before its division,
+        a loss-scaled gradient): not equal, but one scale away."""
+        from ..algebra.lemmas import scaled_part
+        found = scaled_part(self.terms, dval.t) if isinstance(dval, Val) else None
+        rel = self.direct(Val(found[0], dval.vecs)) if found is not None else None
+        if rel is None or rel.kind != "held":
+            return None
+        return Related(rel.seq_node, rel.positions, kind="scaled", factor=found[1])
+
+    def piece(self, dval) -> Optional[Related]:
+        """A reduction over part of a dim whose whole the single-device program computes
+        (one micro-batch's or one rank's share of a sum), or such a share scaled or divided
+        as the whole is: a legitimate intermediate."""
+        whole = self._whole_of(dval.t) if isinstance(dval, Val) else None
+        return None if whole is None else Related(self.by_term[whole][0][0], None, kind="piece")
+
+    def _whole_of(self, t: int) -> Optional[int]:
+        """The single-device term that `t`, a share of it, adds up to with the other shares."""
+        term, terms = self.terms[t], self.terms
+        if term.op == "dot" and term.attrs[1] is not None:
+            if not all(o is None or _diagonal(o) for o in term.attrs[1]):
+                return None  # pairs A[i]*B[j] with i != j: not a share of the contraction
+            whole = terms.make("dot", (term.attrs[0], None), term.children, term.shape)
+        elif COMPLETES.get(term.op) is not None and len(term.attrs) >= 3 and term.attrs[2] is not None:
+            whole = terms.make(term.op, term.attrs[:2] + (None,) + term.attrs[3:], term.children, term.shape)
+        elif term.op in PIECEWISE and len(term.children) == PIECEWISE[term.op]:
+            inner = self._whole_of(term.children[0])  # linear in its first operand, the others shared
+            whole = None if inner is None else terms.make(term.op, term.attrs, (inner,) + term.children[1:], term.shape)
+        else:
+            return None
+        return whole if whole in self.by_term else None
 
     def is_constant(self, t: int) -> bool:
         """Whether a term depends on no input (masks, ranges, fills built in the program)."""
@@ -291,10 +334,12 @@ def op_assumptions(graphs) -> list[str]:
 
 def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
                   expect: dict[str, Relation | None] | None = None, examples: dict | None = None,
-                  name: str = "", views: bool = False, progress=None) -> Report:
+                  name: str = "", views: bool = False, progress=None, gradients: frozenset = frozenset()) -> Report:
     """The verdict on `dist` against `seq`; with `views`, the report also carries every
     node's relation (``report.graphs``, for the HTML page). `progress(stage, done, total)`
-    hears of each of ENGINE_STAGES as it starts."""
+    hears of each of ENGINE_STAGES as it starts. `gradients` names the outputs that are
+    parameter gradients or updated parameters (a training step): a partial sum found only
+    on their way is a missing gradient reduction."""
     t0 = time.perf_counter()
 
     def stage(i: int) -> None:
@@ -363,8 +408,40 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
         return finish("unknown", reason=f"could not prove output(s) {', '.join(broken)}{where}; a numeric test on "
                                         f"random inputs shows no difference, so this may be a missing lemma")
     stage(3)
-    report.findings = _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs)
+    report.findings = _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs, gradients)
     return finish("violation")
+
+
+PARTIAL_KINDS = ("partial-sum-never-reduced", "nonlinearity-on-partial")
+
+
+def _refine(finding: Finding, dist: DistributedProgram, status: list, gradients: frozenset) -> Finding:
+    """Name the bug class from what the broken tensor feeds: a partial sum plus a term every
+    rank holds whole, summed by an all_reduce later, counts that term once per rank; a
+    partial sum used where only gradients (or the updates made of them) depend on it is a
+    gradient reduction that is missing or comes too late."""
+    if finding.kind not in PARTIAL_KINDS:
+        return finding
+    g = dist.graphs[finding.rank[0]]
+    if not g.has(finding.node):
+        return finding
+    users = g.users()
+    reached = _reach([g.node(finding.node)], lambda m: users[m])
+    summed_later = [n for n in reached if n.op == "_c10d_functional.all_reduce" and n.args[1] in ("sum", "avg")]
+    kinds = {rel.kind for rel in (status[finding.rank[0]].get(x) for x in g.node(finding.node).inputs) if rel}
+    if finding.op in ("aten.add", "aten.sub") and {"partial", "held"} <= kinds and summed_later:
+        finding.kind = "replicated-counted-per-rank"
+        finding.hint = (f"this adds a term every rank holds whole to a partial sum, and the all_reduce at "
+                        f"{summed_later[0].name} then counts that term once per rank: add it on one rank only, or "
+                        f"after the reduction" + (f" ({finding.source})" if finding.source else ""))
+        return finding
+    outputs = {name for name, n in g.outputs.items() if n in reached}
+    if gradients and outputs and outputs <= gradients:
+        finding.kind = "missing-gradient-reduction"
+        finding.hint = ("gradients (or a norm of them) are used while still partial sums over the ranks: all_reduce "
+                        "them over the group that holds the pieces (tensor-parallel for activations' gradients, "
+                        "data-parallel for parameters'), before this op; " + finding.hint)
+    return finding
 
 
 def differing_outputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
@@ -506,6 +583,7 @@ def _status(run: SymbolicRun, relater: Relater, dist: DistributedProgram):
                 peers = [by_name[q].get(n.name) for q in range(world)]
                 if all(p is not None for p in peers):
                     rel = relater.partial([run.dist[q].get(p) for q, p in enumerate(peers)])
+            rel = rel or relater.piece(v) or relater.scaled(v)
             if rel is None and _rank_local(run.terms, n, v, status[r]):
                 rel = Related(n, None, kind="local")
             status[r][n] = rel
@@ -545,29 +623,75 @@ class Localized:
     """(kind, expected, actual, hint) of a finding at `node` when `blame` is set."""
 
 
+def _diagonal(pairs: bytes) -> bool:
+    """Whether a contraction's index pairs (i, j) all have i == j (distinct, so a subset)."""
+    p = np.frombuffer(pairs, dtype=np.int64).reshape(-1, 2)
+    return bool(np.all(p[:, 0] == p[:, 1])) and len(np.unique(p[:, 0])) == len(p)
+
+
+def _collective(node: Node) -> bool:
+    return node.op.startswith("_c10d_functional.") and node.op != "_c10d_functional.wait_tensor"
+
+
+def _rescales(node: Node, rel: Optional[Related], input_rels: list) -> bool:
+    """Whether `node` multiplies or divides a multiple of a value by a constant, changing
+    its factor (an average's division, a micro-batch rescaling)."""
+    return rel is not None and rel.kind == "scaled" and node.op in ("aten.mul", "aten.div") \
+        and len(input_rels) == 1 and input_rels[0].factor != rel.factor
+
+
+def _seq_does(seq: Graph, seq_env: dict, node: Node, input_rels: list) -> bool:
+    """Whether the single-device program applies `node`'s op, with its constant arguments,
+    to the counterparts of its inputs (compared by value: the same term)."""
+    def term(x):
+        v = seq_env.get(x)
+        return getattr(v, "t", None)
+    want = [term(rel.seq_node) if rel is not None else None for rel in input_rels]
+    consts = [a for a in node.args if not isinstance(a, Node)]
+    return any(s.op == node.op and [term(x) for x in s.inputs] == want
+               and [a for a in s.args if not isinstance(a, Node)] == consts for s in seq.nodes)
+
+
 def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, broken: list[str]):
     """The first distributed tensors (with their ranks) whose relation breaks."""
     status = _status(run, relater, dist)
     found: dict[str, tuple[Node, list[int], bool, int]] = {}
-    # a tensor every rank relates to the single-device program (not a constant: one rank's
-    # offset may be 0): where a legitimate rank-local intermediate's dataflow relates again
-    names = set.intersection(*({n.name for n, rel in st.items() if rel is not None and rel.kind not in ("const", "local")}
+    # a tensor every rank relates exactly to the single-device program (not a constant: one
+    # rank's offset may be 0): where a legitimate rank-local intermediate's dataflow relates again
+    names = set.intersection(*({n.name for n, rel in st.items()
+                                if rel is not None and rel.kind not in ("const", "local", "scaled", "piece")}
                                for st in status))
+    rescalings = []
     for r, g in enumerate(dist.graphs):
         users = g.users()
         targets = [g.outputs[o] for o in broken if o in g.outputs]
         ancestors = _reach(targets, lambda n: list(n.inputs))
         for i, n in enumerate(g.nodes):
-            if n not in status[r] or status[r][n] is not None or n not in ancestors:
+            rel = status[r].get(n)
+            if n not in status[r] or n not in ancestors:
                 continue
-            if not all(status[r].get(x) is not None for x in n.inputs if x in status[r]):
+            if rel is not None and rel.exact and not (rel.kind == "piece" and _collective(n)):
+                continue  # related; a collective that leaves a mere share of a reduction is suspect
+            input_rels = [status[r].get(x) for x in n.inputs if x in status[r]]
+            if not all(x is not None for x in input_rels):
                 continue
+            if not all(x.exact for x in input_rels):
+                # from a multiple of a value: only a re-scaling the single-device program does not do
+                if not _rescales(n, rel, input_rels) or _seq_does(seq, run.seq, n, [status[r].get(x) for x in n.inputs]):
+                    continue
+                rescalings.append((r, n.name))
             recovers = any(d.name in names for d in _reach([n], lambda m: users[m]) if d is not n)
             key = n.name
             if key in found:
                 found[key][1].append(r)
             else:
                 found[key] = (n, [r], recovers, i)
+    for r, m in rescalings:  # a multiple re-scaled wrongly later: blame the re-scaling, not where it began
+        g = dist.graphs[r]
+        users = g.users()
+        for name, f in list(found.items()):
+            if name != m and not f[2] and g.has(name) and g.node(m) in _reach([g.node(name)], lambda x: users[x]):
+                del found[name]
     misrouted = None if found else _misrouted_output(run, relater, seq, dist, broken, status)
     if misrouted is not None:
         return misrouted
@@ -821,7 +945,7 @@ def _name_producer(finding: Finding, node: Node) -> None:
         finding.node, finding.op, finding.source = producer.name, producer.op, _src(producer) or finding.source
 
 
-def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[Finding]:
+def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs, gradients=frozenset()) -> list[Finding]:
     from .diagnose import diagnose
     loc = _localize(run, relater, seq, dist, differing)
     if loc is None:
@@ -843,4 +967,4 @@ def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs) -> list[F
     ranks = loc.ranks if loc.blame is None else list(range(dist.world_size))
     evidence_ranks = [r for r in ranks if loc.status[r].get(dist.graphs[r].node(loc.broken.name)) is None] or ranks
     finding = diagnose(run, relater, seq, dist, loc.broken, evidence_ranks, loc.status, s_in, s_env, d_envs, differing)
-    return [_report_at(finding, loc)]
+    return [_refine(_report_at(finding, loc), dist, loc.status, gradients)]

@@ -131,8 +131,24 @@ def _functional(result_of: Callable) -> Callable:
     return wrap
 
 
+class _InPlaceCollective(torch.autograd.Function):
+    """An in-place collective as eager autograd sees it: not at all. Eager PyTorch records
+    no autograd node for ``c10d.allreduce_`` (nor ``broadcast_``), so the gradient passes
+    through unchanged; frameworks that want a reduction in backward write a custom
+    autograd function (Megatron's f/g operators), which is traced as written."""
+
+    @staticmethod
+    def forward(ctx, tensor, compute):
+        return compute(tensor)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
 def _all_reduce(fc, tensor, op=dist.ReduceOp.SUM, group=None):
-    tensor.copy_(fc.wait_tensor(fc.all_reduce(tensor, _reduce_name(op), _group_name(group))))
+    reduce = lambda t: fc.wait_tensor(fc.all_reduce(t, _reduce_name(op), _group_name(group)))  # noqa: E731
+    tensor.copy_(_InPlaceCollective.apply(tensor, reduce))
 
 
 def _all_gather_into_tensor(fc, output, input, group=None):
@@ -161,7 +177,8 @@ def _all_to_all_single(fc, output, input, output_split_sizes=None, input_split_s
 
 def _broadcast(fc, tensor, src=None, group=None, group_src=None):
     src = group_src if src is None else dist.get_group_rank(group or dist.group.WORLD, src)
-    tensor.copy_(fc.wait_tensor(fc.broadcast(tensor, src or 0, _group_name(group))))
+    send = lambda t: fc.wait_tensor(fc.broadcast(t, src or 0, _group_name(group)))  # noqa: E731
+    tensor.copy_(_InPlaceCollective.apply(tensor, send))
 
 
 _INPLACE = {

@@ -9,7 +9,7 @@ import numpy as np
 from ..algebra import compute, layout
 from ..algebra.layout import Val, prod, shape_of
 from ..algebra.ranks import LINEARITY
-from ..algebra.terms import freeze
+from ..algebra.terms import COMMUTATIVE, freeze
 from .common import as_float, elementwise_op, erf, identity_op, template, tensor_args
 from .registry import RuleCtx, declare
 
@@ -123,7 +123,8 @@ declare(T + "rsub", numerics=lambda x, other, alpha=1: np.subtract(other, np.mul
         shape=elementwise_shape, doc="other - alpha * x")
 declare(T + "neg", numerics=lambda x: -as_float(x), rule=lambda ctx, x: _scaled(ctx, x, -1),
         shape=elementwise_shape, doc="-x, an exact scale by -1")
-LINEARITY.update({"add": "all", "mul": "one", "add_const": "none"})
+LINEARITY.update({"add": "all", "mul": "one", "add_const": "none", "div": "first"})
+COMMUTATIVE.update({"add", "mul"})
 
 
 def _where_num(c, a, b):
@@ -265,6 +266,11 @@ def _slice_scatter_rule(ctx: RuleCtx, base: Val, src: Val, dim=0, start=None, en
 
 
 declare(T + "slice_scatter", numerics=_slice_scatter_num, rule=_slice_scatter_rule, doc="write a slice")
+declare(T + "slice_backward",
+        numerics=lambda g, sizes, dim, start, end, step: _slice_scatter_num(np.zeros(sizes), g, dim, start, end, step),
+        rule=lambda ctx, g, sizes, dim, start, end, step: _slice_scatter_rule(ctx, _fill(ctx, 0.0, sizes), g, dim,
+                                                                              start, end, step),
+        doc="slice's backward: the gradient written into zeros of the input's shape")
 declare(T + "narrow", numerics=lambda x, dim, start, length: _slice_num(x, dim, start, start + length),
         rule=lambda ctx, x, dim, start, length: _slice_rule(ctx, x, dim, start, start + length), doc="narrow")
 declare(T + "select", numerics=lambda x, dim, index: np.take(x, index, axis=dim),
@@ -437,6 +443,17 @@ def _along(op):
 declare((T + "_softmax", T + "softmax"), numerics=_softmax_num, rule=_along("softmax"), doc="softmax along a dim")
 declare((T + "_log_softmax", T + "log_softmax"), numerics=_log_softmax_num, rule=_along("log_softmax"),
         doc="log-softmax along a dim")
+
+
+def _safe_softmax_num(x, dim, *a):
+    x = as_float(x)
+    masked = np.all(x == -np.inf, axis=dim, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        return np.where(masked, 0.0, _softmax_num(x, dim))
+
+
+declare(T + "_safe_softmax", numerics=_safe_softmax_num, rule=_along("safe_softmax"),
+        doc="softmax along a dim, 0 on rows that are entirely -inf (attention's math form)")
 
 
 def _layer_norm_num(x, shape, w=None, b=None, eps=1e-5):
@@ -776,6 +793,97 @@ def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=Fa
 declare((T + "_scaled_dot_product_flash_attention_for_cpu", T + "_scaled_dot_product_efficient_attention",
          T + "_scaled_dot_product_flash_attention"),
         numerics=_sdpa_num, rule=_sdpa_rule, doc="scaled dot-product attention (out, logsumexp)")
+def _sdpa_backward_num(g, q, k, v, out, lse, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
+    g, q, k, v = as_float(g), as_float(q), as_float(k), as_float(v)
+    s = (1 / np.sqrt(q.shape[-1])) if scale is None else scale
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * s
+    if is_causal:
+        L, S = scores.shape[-2:]
+        scores = np.where(np.tril(np.ones((L, S), bool)), scores, -np.inf)
+    if attn_mask is not None:
+        m = np.asarray(attn_mask)
+        scores = np.where(m, scores, -np.inf) if m.dtype == bool else scores + m
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    dv = np.matmul(np.swapaxes(p, -1, -2), g)
+    dp = np.matmul(g, np.swapaxes(v, -1, -2))
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    return np.matmul(ds, k) * s, np.matmul(np.swapaxes(ds, -1, -2), q) * s, dv
+
+
+def _whole_groups(pairing: tuple, qpos: np.ndarray, pos: np.ndarray, qsize: int, size: int) -> bool:
+    """Whether the q positions held include every q position paired with a held k/v
+    position: the k/v gradient, a sum over those q positions, is then whole here."""
+    if pairing[0] == "shift":
+        return True
+    paired = {int(p): [] for p in pos}
+    for p in range(qsize):
+        if pairing[0] == "group":
+            kv = p * size // qsize
+        else:
+            kv = pairing[1] + p // pairing[2]
+        if kv in paired:
+            paired[kv].append(p)
+    held_q = set(int(p) for p in qpos)
+    return all(set(ps) <= held_q for ps in paired.values())
+
+
+def _disjoint_heads(terms, q: Val, k: Val, v: Val) -> bool:
+    """Whether q, k and v hold disjoint positions of one term (along some dim)."""
+    shape = terms.shape(q.t)
+    for d in range(len(shape)):
+        sets = [set(layout.vec_array(x.vecs[d], shape[d]).tolist()) for x in (q, k, v)]
+        if not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2]):
+            return True
+    return False
+
+
+def _sdpa_backward_rule(ctx: RuleCtx, g: Val, q: Val, k: Val, v: Val, out: Val, lse: Val, dropout_p=0.0,
+                        is_causal=False, attn_mask=None, scale=None, **kw):
+    """Attention's backward, exact on the selections its forward is exact on (the same
+    pairing of q heads with k/v heads): gradients of q rows and of k/v heads are whole when
+    the rank holds every q head paired with its k/v heads (else they are partial: no rule)."""
+    if attn_mask is not None:
+        raise ValueError("attention backward with an explicit mask has no rule")
+    terms = ctx.terms
+    nd = len(q.vecs)
+    rows = [nd - 2] if is_causal else []
+    q, g, out = (layout.materialize(terms, x, [nd - 1] + rows) for x in (q, g, out))
+    lse = layout.materialize(terms, lse, [nd - 2] if is_causal else [])
+    k = layout.materialize(terms, k, [nd - 2, nd - 1])
+    v = layout.materialize(terms, v, [nd - 2, nd - 1])
+    found = []
+    # k/v expanded to q's heads (GQA's repeat): each copy has its own gradient, indexed like q
+    repeated = [any(len(np.unique(p)) != len(p) for p in (layout.vec_array(x.vecs[d], terms.shape(x.t)[d])
+                                                       for d in range(nd - 2))) for x in (k, v)]
+    for d in range(nd - 2):
+        pairings = _pairings(terms, [q, k, v], d)
+        if pairings is None or not all(_whole_groups(*f) for f, rep in zip(pairings, repeated) if not rep):
+            raise ValueError("the ranks' q and k/v heads are not paired by a rule (or a k/v head's q heads are split)")
+        qpos = layout.vec_array(q.vecs[d], terms.shape(q.t)[d])
+        offsets = []
+        for x in (g, out, lse):  # row-aligned with q: the same positions of their own terms, up to an offset
+            pos = layout.vec_array(x.vecs[d], terms.shape(x.t)[d])
+            if len(pos) != len(qpos) or len(set((pos - qpos).tolist())) > 1:
+                raise ValueError("attention backward: the gradient, output and logsumexp are not held as the query is")
+            offsets.append(int(pos[0] - qpos[0]) if len(pos) else 0)
+        found.append(tuple(f[0] for f in pairings) + tuple(offsets))
+    attrs = (freeze(dropout_p), bool(is_causal), freeze(scale), tuple(found))
+    children = (g.t, q.t, k.t, v.t, out.t, lse.t)
+    if q.t == k.t == v.t and _disjoint_heads(terms, q, k, v):
+        # q, k, v cut from one fused projection: one gradient of it, each cut where its operand was
+        fused = terms.make("sdpa_backward", attrs + ("fused",), children, terms.shape(q.t))
+        return tuple(Val(fused, x.vecs) for x in (q, k, v))
+    def grad(i, x, per_copy):
+        if not per_copy:
+            return Val(terms.make("sdpa_backward", attrs + (i,), children, terms.shape(x.t)), x.vecs)
+        shape = terms.shape(q.t)[:nd - 2] + terms.shape(x.t)[nd - 2:]
+        return Val(terms.make("sdpa_backward", attrs + (i, "per_copy"), children, shape), q.vecs[:nd - 2] + x.vecs[nd - 2:])
+    return tuple(grad(i, x, per_copy) for i, (x, per_copy) in enumerate(((q, False), (k, repeated[0]), (v, repeated[1]))))
+
+
+declare(T + "_scaled_dot_product_flash_attention_for_cpu_backward", numerics=_sdpa_backward_num,
+        rule=_sdpa_backward_rule, doc="scaled dot-product attention backward (grad q, k, v)")
 declare(T + "scaled_dot_product_attention", numerics=lambda *a, **k: _sdpa_num(*a, **k)[0],
         rule=lambda ctx, *a, **k: _sdpa_rule(ctx, *a, **k)[0], doc="scaled dot-product attention")
 

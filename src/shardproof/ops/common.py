@@ -8,7 +8,7 @@ import numpy as np
 
 from ..algebra import compute
 from ..algebra.layout import Val
-from ..algebra.terms import freeze
+from ..algebra.terms import COMMUTATIVE, freeze
 from .registry import RuleCtx, declare
 
 
@@ -36,6 +36,8 @@ def elementwise_op(name: str, fn: Callable, *, commutative: bool = False, term: 
                    doc: str = "") -> None:
     """Declare an elementwise op: exact on any common selection of its operands."""
     term_op = term or name.split(".")[-1]
+    if commutative:
+        COMMUTATIVE.add(term_op)
 
     def rule(ctx: RuleCtx, *args, **kwargs):
         return compute.elementwise(ctx.terms, term_op, template(args, kwargs), tensor_args(args),

@@ -16,8 +16,8 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from .spec import (DERIVED, Ignore, Interleaved, Relation, RelationError, Replicate, Shard, Slices, chunk_bounds, held,
-                   parse_relation)
+from .spec import (DERIVED, Ignore, Interleaved, Mesh, Relation, RelationError, Replicate, Shard, Slices,
+                   chunk_bounds, held, parse_relation)
 
 
 @dataclass(frozen=True)
@@ -243,6 +243,11 @@ def relation_by_value(whole: np.ndarray, locals_: list[np.ndarray]) -> Optional[
     if _holds(Replicate(), whole, locals_):
         return Replicate()
     differing = {d for loc in locals_ for d in range(whole.ndim) if loc.shape[d] != whole.shape[d]}
+    if len(differing) <= 1 and any(_holds(Shard(d), whole, locals_) for d in differing or range(whole.ndim)):
+        return next(Shard(d) for d in sorted(differing) or range(whole.ndim) if _holds(Shard(d), whole, locals_))
+    mesh = _mesh_relation(whole, locals_)
+    if mesh is not None:
+        return mesh
     dims = sorted(differing) if differing else range(whole.ndim)
     for d in dims:
         if len(differing) > 1:
@@ -258,6 +263,30 @@ def relation_by_value(whole: np.ndarray, locals_: list[np.ndarray]) -> Optional[
         else:
             rel = _layout_from_positions(per_rank, whole.shape[d], d, world)
             if rel is not None and _holds(rel, whole, locals_):
+                return rel
+    return None
+
+
+def _mesh_relation(whole: np.ndarray, locals_: list[np.ndarray]) -> Optional[Relation]:
+    """A relation on a two-axis mesh (outer x inner ranks, e.g. dp x tp) that varies along
+    one axis only: the ranks along the other axis hold the same piece."""
+    world = len(locals_)
+    for outer in range(2, world // 2 + 1):
+        if world % outer:
+            continue
+        shape = (outer, world // outer)
+        grid = np.arange(world).reshape(shape)
+        for axis in (0, 1):
+            lines = grid if axis == 1 else grid.T  # ranks that differ only along the other axis
+            same = all(np.array_equal(locals_[r], locals_[line[0]]) for line in lines.T for r in line)
+            if not same:
+                continue
+            along = grid[:, 0] if axis == 0 else grid[0, :]
+            placement = relation_by_value(whole, [locals_[r] for r in along])
+            if placement is None or isinstance(placement, (Replicate, Mesh)):
+                continue
+            rel = Mesh(shape, (placement, Replicate()) if axis == 0 else (Replicate(), placement))
+            if _holds(rel, whole, locals_):
                 return rel
     return None
 

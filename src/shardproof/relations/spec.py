@@ -159,6 +159,41 @@ class Partial(Relation):
 
 
 @dataclass(frozen=True)
+class Mesh(Relation):
+    """A relation on a device mesh of `shape` (e.g. dp x tp): one placement per mesh axis,
+    as DTensor states it. Rank r sits at ``unravel_index(r, shape)`` (the last axis varies
+    fastest); placements apply axis by axis, each to the piece the earlier axes left
+    (``Mesh((2, 2), (Shard(0), Replicate()))``: the batch split over dp, whole on each tp rank)."""
+    shape: tuple
+    placements: tuple
+
+    def check(self, shape, world):
+        if len(self.shape) != len(self.placements):
+            raise RelationError(f"Mesh of shape {list(self.shape)} needs one placement per axis, "
+                                f"got {len(self.placements)}")
+        if int(np.prod(self.shape)) != world:
+            raise RelationError(f"a mesh of shape {list(self.shape)} has {int(np.prod(self.shape))} ranks, "
+                                f"but the world has {world}")
+        for p in self.placements:
+            if isinstance(p, (Partial, Ignore, Mesh)):
+                raise RelationError(f"a Mesh placement must be Replicate, Shard, Interleaved or Slices, not {p}")
+
+    def layout(self, shape, rank, world):
+        self.check(shape, world)
+        coords = np.unravel_index(rank, self.shape)
+        vecs, cur = [None] * len(shape), list(shape)
+        for placement, coord, n in zip(self.placements, coords, self.shape):
+            for d, v in enumerate(placement.layout(tuple(cur), int(coord), n)):
+                if v is not None:
+                    vecs[d] = (np.arange(shape[d], dtype=np.int64) if vecs[d] is None else vecs[d])[v]
+                    cur[d] = len(v)
+        return tuple(None if v is not None and np.array_equal(v, np.arange(s)) else v for v, s in zip(vecs, shape))
+
+    def __str__(self):
+        return f"Mesh({list(self.shape)}, ({', '.join(map(str, self.placements))}))"
+
+
+@dataclass(frozen=True)
 class Ignore(Relation):
     def layout(self, shape, rank, world):
         return None
@@ -247,7 +282,29 @@ def _outside_block(ids: TensorType, out: TensorType, size: int, rank: int, world
 
 
 _NAMES = {"Replicate": Replicate, "Shard": Shard, "Partial": Partial, "Interleaved": Interleaved,
-          "Slices": Slices, "Ignore": Ignore, "LocalIds": LocalIds, "OutsideBlock": OutsideBlock, "repl": Replicate, "replicate": Replicate}
+          "Slices": Slices, "Ignore": Ignore, "Mesh": Mesh,
+          "LocalIds": LocalIds, "OutsideBlock": OutsideBlock, "repl": Replicate, "replicate": Replicate}
+
+
+def _build(node):
+    """A relation (or a literal argument of one) from its parsed expression."""
+    if isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in _NAMES:
+            raise ValueError
+        args = [_build(a) for a in node.args]
+        kwargs = {k.arg: k.value.id if isinstance(k.value, ast.Name) else _build(k.value)  # ids=view_26: a tensor
+                  for k in node.keywords}
+        name = node.func.id
+        if name == "Interleaved":
+            args = [args[0], tuple(args[1])] + args[2:]
+            if "blocks" in kwargs:
+                kwargs["blocks"] = tuple(kwargs["blocks"])
+        if name == "Mesh":
+            args = [tuple(a) for a in args]
+        return _NAMES[name](*args, **kwargs)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return [_build(e) for e in node.elts]
+    return ast.literal_eval(node)
 
 
 def parse_relation(text) -> Relation:
@@ -262,19 +319,13 @@ def parse_relation(text) -> Relation:
         return _NAMES[s]()
     try:
         call = ast.parse(s, mode="eval").body
-        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.func.id not in _NAMES:
+        if not isinstance(call, ast.Call):
             raise ValueError
-        args = [ast.literal_eval(a) for a in call.args]
-        kwargs = {k.arg: k.value.id if isinstance(k.value, ast.Name) else ast.literal_eval(k.value)
-                  for k in call.keywords}  # a bare name (ids=view_26) names a tensor
-        if call.func.id == "Interleaved":
-            args = [args[0], tuple(args[1])] + args[2:]
-            if "blocks" in kwargs:
-                kwargs["blocks"] = tuple(kwargs["blocks"])
-        return _NAMES[call.func.id](*args, **kwargs)
+        return _build(call)
     except RelationError:
         raise
     except Exception:
         raise RelationError(f"cannot read relation {s!r}; expected one of Replicate(), Shard(dim), "
                             f"Partial(\"sum\"), Interleaved(dim, [sizes]), Slices(dim, {{rank: (start, stop)}}), "
-                            f"Ignore(), LocalIds(size), OutsideBlock(size, ids=NAME)") from None
+                            f"Mesh([sizes], (placement per axis)), Ignore(), LocalIds(size), "
+                            f"OutsideBlock(size, ids=NAME)") from None

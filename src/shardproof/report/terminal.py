@@ -34,6 +34,22 @@ def _outputs(report: Report) -> Table:
     return table
 
 
+def _parameters(report: Report) -> Table:
+    """Training steps: the relation each parameter's gradient and updated value hold."""
+    table = Table(title="parameters (training step)", title_justify="left", show_edge=False)
+    table.add_column("parameter")
+    table.add_column("relation")
+    table.add_column("gradient")
+    with_updates = any("updated" in row for row in report.parameters)
+    if with_updates:
+        table.add_column("updated")
+    for row in report.parameters:
+        cells = [row["gradient"]] + ([row.get("updated")] if with_updates else [])
+        table.add_row(row["parameter"], row["relation"],
+                      *[Text(c, style="green") if c else Text("not proved", style="red") for c in cells])
+    return table
+
+
 def _relations(report: Report) -> Table:
     table = Table(title="input relations", title_justify="left", show_edge=False)
     table.add_column("distributed input")
@@ -70,7 +86,12 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
     console.print(verdict_line(report))
     if report.reason:
         console.print(Text(report.reason, style="yellow"))
-    console.print(_outputs(report))
+    if report.parameters:
+        console.print(_parameters(report))
+        report_outputs = [o for o in report.outputs if not o.name.startswith(("grad:", "updated:"))]
+        console.print(_outputs(Report(report.status, report.world_size, outputs=report_outputs)))
+    else:
+        console.print(_outputs(report))
     for i, f in enumerate(report.findings, 1):
         console.print(_finding(i, f))
     if verbose or report.status != "verified":

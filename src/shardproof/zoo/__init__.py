@@ -7,6 +7,7 @@ says what the zoo expects of it:
 * ``bug`` (the class), ``bug_node``, ``bug_op``, ``bug_ranks`` (``"all"`` or a list): a bug,
   which must be a violation whose first finding is there;
 * ``unknown_op``: a program using an op without rules, which must be unknown naming it;
+* ``known_gap``: a correct program the engine cannot prove yet (why), which must stay unknown;
 * ``pending``: the missing feature a case waits for (listed, not run);
 * ``source``: where the program or bug comes from (a paper, an upstream issue).
 
@@ -23,12 +24,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def catalogue(root: str = HERE) -> list[str]:
-    """Case files under `root`, models first, then each sub-folder, sorted by name."""
+    """Case files under `root` (modules defining ``case``; shared helpers such as a small
+    training framework are not cases), models first, then each sub-folder, sorted by name."""
     out = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
-        out += [os.path.join(folder, f) for f in sorted(files) if f.endswith(".py") and not f.startswith("_")]
+        out += [os.path.join(folder, f) for f in sorted(files) if f.endswith(".py") and not f.startswith("_")
+                and _defines_case(os.path.join(folder, f))]
     return out
+
+
+def _defines_case(path: str) -> bool:
+    with open(path, encoding="utf-8") as f:
+        return "\ndef case(" in f.read()
 
 
 def selected(paths: list[str], pattern: Optional[str]) -> list[str]:
@@ -64,6 +72,8 @@ def expectation(meta: dict, world_size: int) -> Expectation:
         return Expectation("pending", detail=f"pending: needs {meta['pending']}")
     if meta.get("unknown_op"):
         return Expectation("unknown", op=meta["unknown_op"], detail=f"unknown op {meta['unknown_op']}")
+    if meta.get("known_gap"):
+        return Expectation("unknown", detail=f"known gap: {meta['known_gap']}")
     if meta.get("bug"):
         ranks = list(range(world_size)) if meta["bug_ranks"] == "all" else list(meta["bug_ranks"])
         return Expectation("violation", meta["bug_node"], meta["bug_op"], ranks, meta["bug"])
@@ -104,7 +114,7 @@ def judge(result: ZooResult, report) -> ZooResult:
         result.finding = f"{f.kind} at {f.node} ({f.op}) rank(s) {', '.join(map(str, f.rank))}"
         if want.verdict == "violation":
             result.located = (f.node, f.op, list(f.rank), f.kind) == (want.node, want.op, want.ranks, want.kind)
-    if want.verdict == "unknown":
+    if want.verdict == "unknown" and want.op:
         result.located = want.op in (report.reason or "")
         result.finding = report.reason or ""
     return result

@@ -89,16 +89,24 @@ class ParallelGPT2Block(nn.Module):
 
     def attn(self, x):
         b, s, _ = x.shape
-        q, k, v = self.c_attn(x).split(self.local, dim=-1)
+        q, k, v = self.c_attn(self.enter_tp(x)).split(self.local, dim=-1)
         o = F.scaled_dot_product_attention(self._heads(q), self._heads(k), self._heads(v), is_causal=True)
-        y = F.linear(o.transpose(1, 2).reshape(b, s, self.local), self.c_proj.weight)
-        dist.all_reduce(y)
+        y = self.reduce_tp(F.linear(o.transpose(1, 2).reshape(b, s, self.local), self.c_proj.weight))
         return y + self.c_proj.bias
 
     def mlp(self, x):
-        y = F.linear(F.gelu(self.c_fc(x), approximate="tanh"), self.mlp_proj.weight)
+        y = F.linear(F.gelu(self.c_fc(self.enter_tp(x)), approximate="tanh"), self.mlp_proj.weight)
+        return self.reduce_tp(y) + self.mlp_proj.bias
+
+    def enter_tp(self, x):
+        """Where the replicated activation enters the column-parallel layers (Megatron's f
+        operator: identity here; a training variant all-reduces its gradient)."""
+        return x
+
+    def reduce_tp(self, y):
+        """Sum the row-parallel partial outputs over the tensor-parallel ranks (Megatron's g)."""
         dist.all_reduce(y)
-        return y + self.mlp_proj.bias
+        return y
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))

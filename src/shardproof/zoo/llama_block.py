@@ -150,18 +150,26 @@ class ParallelLlamaBlock(nn.Module):
 
     def attention(self, x):
         b, s, _ = x.shape
+        x = self.enter_tp(x)
         q = self.wq(x).view(b, s, self.local_heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
         q, k = self.rope(q), self.rope(k)
         n_rep = self.local_heads // self.local_kv_heads
         o = F.scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), is_causal=True)
-        y = self.wo(o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim))
-        dist.all_reduce(y)
-        return y
+        return self.reduce_tp(self.wo(o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim)))
 
     def mlp(self, x):
-        y = self.w2(F.silu(self.w1(x)) * self.w3(x))
+        x = self.enter_tp(x)
+        return self.reduce_tp(self.w2(F.silu(self.w1(x)) * self.w3(x)))
+
+    def enter_tp(self, x):
+        """Where the replicated activation enters the column-parallel layers (Megatron's f
+        operator: identity here; a training variant all-reduces its gradient)."""
+        return x
+
+    def reduce_tp(self, y):
+        """Sum the row-parallel partial outputs over the tensor-parallel ranks (Megatron's g)."""
         dist.all_reduce(y)
         return y
 

@@ -37,10 +37,19 @@ class ParallelMLP(nn.Module):
             self.fc2.bias.copy_(full.fc2.bias)
 
     def forward(self, x):
-        h = F.gelu(self.fc1(x))
-        y = F.linear(h, self.fc2.weight)
-        dist.all_reduce(y)
+        h = F.gelu(self.fc1(self.enter_tp(x)))
+        y = self.reduce_tp(F.linear(h, self.fc2.weight))
         return y + self.fc2.bias
+
+    def enter_tp(self, x):
+        """Where the replicated activation enters the column-parallel layers (Megatron's f
+        operator: identity here; a training variant all-reduces its gradient)."""
+        return x
+
+    def reduce_tp(self, y):
+        """Sum the row-parallel partial outputs over the tensor-parallel ranks (Megatron's g)."""
+        dist.all_reduce(y)
+        return y
 
 
 def case(world_size: int = 2) -> Case:

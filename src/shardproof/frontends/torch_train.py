@@ -1,0 +1,191 @@
+"""Capture of training steps (forward, loss, ``torch.autograd.grad``, optimizer update) into
+the Graph IR, and the functional optimizer pieces both sides use.
+
+The single-device step is written here from the :class:`~shardproof.case.Train` spec (the
+reference); each rank's step is its program's own ``train_step``. Both are traced by
+``make_fx`` as one joint graph: autograd runs above the tracer, so backward ops (and the
+collectives in custom autograd functions' backwards, e.g. Megatron's f/g operators) are
+recorded like any other op. Parameters, buffers, optimizer state and data are graph inputs.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.nn.utils.stateless import _reparametrize_module
+
+from ..case import SGD, AdamW, Train
+from ..ir.graph import Graph
+from .torch_capture import CaptureError, fake_world, from_fx, functional_collectives, user_stack_traces
+
+STATE_SEP = ":"
+
+
+# ---------------------------------------------------------------- functional optimizer pieces
+
+def optimizer_update(param: torch.Tensor, grad: torch.Tensor, state: dict, optimizer) -> torch.Tensor:
+    """The parameter after one step of `optimizer` (SGD or AdamW, as torch.optim computes it)."""
+    if isinstance(optimizer, SGD):
+        g = grad + optimizer.weight_decay * param if optimizer.weight_decay else grad
+        if optimizer.momentum:
+            g = optimizer.momentum * state["momentum_buffer"] + g
+        return param - optimizer.lr * g
+    if isinstance(optimizer, AdamW):
+        b1, b2 = optimizer.betas
+        t = optimizer.step
+        m = b1 * state["exp_avg"] + (1 - b1) * grad
+        v = b2 * state["exp_avg_sq"] + (1 - b2) * grad * grad
+        denom = torch.sqrt(v / (1 - b2 ** t)) + optimizer.eps
+        return param * (1 - optimizer.lr * optimizer.weight_decay) - (optimizer.lr / (1 - b1 ** t)) * m / denom
+    raise CaptureError(f"unsupported optimizer {type(optimizer).__name__}; use shardproof.case.SGD or AdamW")
+
+
+def clip_coefficient(total_norm: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """The factor torch.nn.utils.clip_grad_norm_ scales every gradient by."""
+    return torch.clamp(max_norm / (total_norm + 1e-6), max=1.0)
+
+
+def global_norm(grads) -> torch.Tensor:
+    """L2 norm over all gradients (each counted once): the single-device clip norm."""
+    return torch.sqrt(sum((g * g).sum() for g in grads))
+
+
+def state_values(params: dict[str, torch.Tensor], optimizer) -> dict[str, dict[str, torch.Tensor]]:
+    """Optimizer state for each parameter, as an elementwise function of its value: a rank's
+    state is then laid out exactly as its parameter is (value matching relates it), while
+    the proof treats every state tensor as an independent input."""
+    out = {}
+    for name, p in params.items():
+        p = p.detach().double()
+        made = {"momentum_buffer": torch.sin(3 * p + 1) / 4, "exp_avg": torch.sin(3 * p + 1) / 10,
+                "exp_avg_sq": (2 + torch.cos(5 * p)) / 100}
+        out[name] = {s: made[s].to(torch.float32) for s in (optimizer.state_names if optimizer else ())}
+    return out
+
+
+def split_microbatches(inputs: dict[str, torch.Tensor], k: int, dim: int = 0) -> list[dict[str, torch.Tensor]]:
+    """`k` microbatches along `dim` of every input (torch.chunk)."""
+    chunks = {n: t.chunk(k, dim) for n, t in inputs.items()}
+    if any(len(c) != k for c in chunks.values()):
+        raise CaptureError(f"cannot split the batch into {k} microbatches along dim {dim}")
+    return [{n: c[i] for n, c in chunks.items()} for i in range(k)]
+
+
+# ---------------------------------------------------------------- the reference step
+
+def loss_of(train: Train, outputs, inputs: dict) -> torch.Tensor:
+    if callable(train.loss):
+        return train.loss(outputs, inputs)
+    if isinstance(outputs, dict):
+        return outputs[train.loss]
+    if train.loss == "out" and isinstance(outputs, torch.Tensor):
+        return outputs
+    raise CaptureError(f"the loss {train.loss!r} is not an output of the program")
+
+
+def forward_inputs(model: torch.nn.Module, inputs: dict) -> dict:
+    """The inputs `model`'s forward takes (the others, e.g. targets, are the loss's)."""
+    params = inspect.signature(model.forward).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(inputs)
+    return {k: v for k, v in inputs.items() if k in params}
+
+
+def reference_step(model: torch.nn.Module, inputs: dict, state: dict, train: Train) -> dict:
+    """The single-device training step the distributed one must equal: the loss over the
+    whole batch, its gradients, clipping by the global norm, the optimizer update."""
+    params = dict(model.named_parameters())
+    loss = loss_of(train, model(**forward_inputs(model, inputs)), inputs)
+    grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()), allow_unused=True)))
+    grads = {n: torch.zeros_like(params[n]) if g is None else g for n, g in grads.items()}
+    if train.grad_clip is not None:
+        coef = clip_coefficient(global_norm(grads.values()), train.grad_clip)
+        grads = {n: g * coef for n, g in grads.items()}
+    result = {"loss": loss, "grads": grads}
+    if train.optimizer is not None:
+        result["updated"] = {n: optimizer_update(params[n], grads[n], state[n], train.optimizer) for n in params}
+    return result
+
+
+# ---------------------------------------------------------------- tracing
+
+def step_inputs(program: torch.nn.Module, data: dict, train: Train) -> dict[str, torch.Tensor]:
+    """All graph inputs of a step by name: parameters, buffers, optimizer state
+    (``<state>:<param>``), then the data."""
+    if not isinstance(program, torch.nn.Module):
+        raise CaptureError("a training case needs modules (the parameters are what gradients are taken of)")
+    params = {n: p.detach() for n, p in program.named_parameters()}
+    named = dict(params)
+    named.update({n: b for n, b in program.named_buffers()})
+    for pname, states in state_values(params, train.optimizer).items():
+        for sname, value in states.items():
+            named[f"{sname}{STATE_SEP}{pname}"] = value
+    for name, value in data.items():
+        if name in named:
+            raise CaptureError(f"data input {name!r} has the same name as a parameter, buffer or state of the program")
+        named[name] = value
+    return named
+
+
+def _flatten(result: dict, params: list[str]) -> dict[str, torch.Tensor]:
+    if not isinstance(result, dict) or "loss" not in result or "grads" not in result:
+        raise CaptureError("a training step must return {'loss': ..., 'grads': {param: grad}, 'updated': {...}}")
+    out = {"loss": result["loss"]}
+    for kind in ("grads", "updated"):
+        for name, t in (result.get(kind) or {}).items():
+            if name not in params:
+                raise CaptureError(f"the step returns {kind} for {name!r}, which is not a parameter of the program")
+            out[f"{kind[:-1] if kind == 'grads' else kind}{STATE_SEP}{name}"] = t
+    return out
+
+
+def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callable, label: str) -> tuple[Graph, dict]:
+    """Trace ``step(program, inputs, state, train)`` (program state swapped for graph
+    inputs, parameters requiring grad) into the IR; returns the graph and its input values."""
+    inputs = step_inputs(program, data, train)
+    names = list(inputs)
+    params = [n for n, _ in program.named_parameters()]
+    buffers = [n for n, _ in program.named_buffers()]
+    output_names: list[str] = []
+
+    def flat_fn(*flat):
+        values = dict(zip(names, flat))
+        with torch.enable_grad():
+            swapped = {n: values[n].requires_grad_(True) if n in params else values[n] for n in params + buffers}
+            state = {p: {s: values[f"{s}{STATE_SEP}{p}"] for s in (train.optimizer.state_names if train.optimizer else ())}
+                     for p in params}
+            batch = {n: values[n] for n in data}
+            with _reparametrize_module(program, swapped):
+                outs = _flatten(step(program, batch, state, train), params)
+        output_names[:] = list(outs)
+        return [o.detach() if isinstance(o, torch.Tensor) else o for o in outs.values()]
+
+    try:
+        with functional_collectives(), user_stack_traces():
+            gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
+                         record_stack_traces=True)(*inputs.values())
+    except CaptureError:
+        raise
+    except Exception as exc:
+        raise CaptureError(f"tracing the training step of {label} failed: {type(exc).__name__}: {exc}") from exc
+    return from_fx(gm.graph, names, output_names, label), inputs
+
+
+def capture_single_step(model: Any, data: dict, train: Train) -> tuple[Graph, dict]:
+    return trace_step(model, data, train, reference_step, "single-device")
+
+
+def capture_rank_step(make_program: Callable[[int, int], Any], rank: int, world_size: int, data: dict,
+                      train: Train) -> tuple[Graph, dict]:
+    with fake_world(rank, world_size):
+        try:
+            program = make_program(rank, world_size)
+        except Exception as exc:
+            raise CaptureError(f"building the program for rank {rank} failed: {type(exc).__name__}: {exc}") from exc
+        if not callable(getattr(program, "train_step", None)):
+            raise CaptureError(f"the distributed program of rank {rank} ({type(program).__name__}) has no "
+                               f"train_step(inputs, state, train) method; a training case needs one")
+        return trace_step(program, data, train, lambda m, *a: m.train_step(*a), f"rank {rank}")

@@ -1,0 +1,85 @@
+"""The lemmas training steps need, each on a small program: the identity verifies (and
+agrees numerically), a near miss does not verify."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+
+from shardproof import Case  # noqa: E402
+from shardproof.api import cross_check, prepare, verify_prepared  # noqa: E402
+
+
+class Program(nn.Module):
+    def __init__(self, fn, rank=0):
+        super().__init__()
+        self.fn, self.rank = fn, rank
+
+    def forward(self, x, d):
+        return self.fn(x, d, self.rank)
+
+
+def _verdict(single, distributed, world=1, x=None):
+    x = torch.randn(4, 3, 2) if x is None else x
+    case = Case(single=Program(single), distributed=lambda r, w: Program(distributed, r),
+                inputs={"x": x, "d": torch.rand(1) + 1}, world_size=max(world, 2),
+                expect={"out": "Replicate()"})
+    p = prepare(case)
+    report = verify_prepared(p)
+    if report.status == "verified":
+        assert cross_check(p) == [], "proved equal but numerically different"
+    return report.status
+
+
+def _all_reduce(t):
+    t = t.clone()
+    dist.all_reduce(t)
+    return t
+
+
+def test_common_divisor_is_linear():
+    whole = lambda x, d, r: x.sum() / d.sum()  # noqa: E731
+    assert _verdict(whole, lambda x, d, r: x[:2].sum() / d.sum() + x[2:].sum() / d.sum()) == "verified"
+    assert _verdict(whole, lambda x, d, r: x[:2].sum() / d.sum() + x[2:].sum() / (d.sum() + 1)) == "violation"
+
+
+def test_sum_of_a_merged_view_is_the_sum_of_the_merged_dims():
+    whole = lambda x, d, r: x.sum((0, 1))  # noqa: E731
+    assert _verdict(whole, lambda x, d, r: x.reshape(12, 2).sum(0)) == "verified"
+    assert _verdict(whole, lambda x, d, r: x.reshape(12, 2)[:6].sum(0) * 2) == "violation"
+
+
+def test_replicated_term_counted_once_across_ranks():
+    """Σ_r (share_r + [r == 0]·c) = whole + c: a term only one rank adds counts once."""
+    whole = lambda x, d, r: x.sum() + d.sum()  # noqa: E731
+    once = lambda x, d, r: _all_reduce(x[2 * r:2 * r + 2].sum() + (d.sum() if r == 0 else 0))  # noqa: E731
+    every = lambda x, d, r: _all_reduce(x[2 * r:2 * r + 2].sum() + d.sum())  # noqa: E731
+    assert _verdict(whole, once, world=2) == "verified"
+    assert _verdict(whole, every, world=2) == "violation"
+
+
+def test_disjoint_shares_sum_to_their_union():
+    whole = lambda x, d, r: x[:3].sum()  # noqa: E731
+    disjoint = lambda x, d, r: _all_reduce(x[r:r + 1].sum() if r == 0 else x[1:3].sum())  # noqa: E731
+    overlapping = lambda x, d, r: _all_reduce(x[0:2].sum() if r == 0 else x[1:3].sum())  # noqa: E731
+    assert _verdict(whole, disjoint, world=2) == "verified"
+    assert _verdict(whole, overlapping, world=2) == "violation"
+
+
+def test_exact_scales_float_out_of_products():
+    whole = lambda x, d, r: x * d  # noqa: E731
+    assert _verdict(whole, lambda x, d, r: ((x * 1024) * d) / 1024) == "verified"
+    assert _verdict(whole, lambda x, d, r: (torch.full_like(x, 4.0) * x * d).reshape(24, 1).reshape(4, 3, 2) / 4) \
+        == "verified"
+    assert _verdict(whole, lambda x, d, r: ((x * 1024) * d) / 1000) == "violation"
+
+
+def test_scaled_gradient_of_a_loss_unscaled():
+    """d(c·L)/dx / c = dL/dx, through a backward op (gelu's)."""
+    def grad(x, d, scale):
+        x = x.detach().requires_grad_()
+        loss = torch.nn.functional.gelu(x * d).sum() * scale
+        return torch.autograd.grad(loss, x)[0] / scale
+    with torch.enable_grad():
+        assert _verdict(lambda x, d, r: grad(x, d, 1.0), lambda x, d, r: grad(x, d, 512.0)) == "verified"
+        assert _verdict(lambda x, d, r: grad(x, d, 1.0), lambda x, d, r: grad(x, d, 512.0) * 2) == "violation"
