@@ -680,8 +680,8 @@ declare(T + "nll_loss_forward", numerics=_nll_num, rule=_nll_rule, doc="negative
 # ------------------------------------------------------------------ attention
 
 
-def _sdpa_num(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
-    q, k, v = as_float(q), as_float(k), as_float(v)
+def _sdpa_scores(q, k, is_causal, attn_mask, scale):
+    """Scaled, masked attention scores q k^T (the numerics shared by forward and backward)."""
     s = (1 / np.sqrt(q.shape[-1])) if scale is None else scale
     scores = np.matmul(q, np.swapaxes(k, -1, -2)) * s
     if is_causal:
@@ -690,6 +690,12 @@ def _sdpa_num(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=Non
     if attn_mask is not None:
         m = np.asarray(attn_mask)
         scores = np.where(m, scores, -np.inf) if m.dtype == bool else scores + m
+    return scores, s
+
+
+def _sdpa_num(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
+    q, k, v = as_float(q), as_float(k), as_float(v)
+    scores, _ = _sdpa_scores(q, k, is_causal, attn_mask, scale)
     mx = scores.max(-1, keepdims=True)
     e = np.exp(scores - mx)
     lse = (np.log(e.sum(-1)) + mx[..., 0])
@@ -795,14 +801,7 @@ declare((T + "_scaled_dot_product_flash_attention_for_cpu", T + "_scaled_dot_pro
         numerics=_sdpa_num, rule=_sdpa_rule, doc="scaled dot-product attention (out, logsumexp)")
 def _sdpa_backward_num(g, q, k, v, out, lse, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
     g, q, k, v = as_float(g), as_float(q), as_float(k), as_float(v)
-    s = (1 / np.sqrt(q.shape[-1])) if scale is None else scale
-    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * s
-    if is_causal:
-        L, S = scores.shape[-2:]
-        scores = np.where(np.tril(np.ones((L, S), bool)), scores, -np.inf)
-    if attn_mask is not None:
-        m = np.asarray(attn_mask)
-        scores = np.where(m, scores, -np.inf) if m.dtype == bool else scores + m
+    scores, s = _sdpa_scores(q, k, is_causal, attn_mask, scale)
     e = np.exp(scores - scores.max(-1, keepdims=True))
     p = e / e.sum(-1, keepdims=True)
     dv = np.matmul(np.swapaxes(p, -1, -2), g)
