@@ -41,3 +41,4 @@ def test_the_zoo_gives_hundreds_of_mutants_of_every_kind(outcomes):
 def test_a_dropped_all_reduce_is_killed_where_the_partial_sum_is_used(outcomes):
     drop = next(o for o in outcomes["tp_mlp"] if o.mutant.operator == "drop-collective")
     assert drop.outcome == "killed" and drop.finding.startswith("partial-sum-never-reduced at add")
+

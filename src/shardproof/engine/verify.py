@@ -905,6 +905,7 @@ def _local_finding(run, relater, seq, dist, broken: list[str], expect: dict,
     status = loc.status if loc is not None else _status(run, relater, dist)
     if loc is not None and not loc.recovers:  # evidence only where the difference reaches the outputs
         ranks = loc.ranks if loc.blame is None else list(range(dist.world_size))
+        ranks = [r for r in ranks if dist.graphs[r].has(loc.broken.name)] or loc.ranks  # rank-dependent code
         candidates.append((Localized(loc.broken, ranks, status, loc.broken), None, loc))
     for name in broken:
         nodes = [g.outputs.get(name) for g in dist.graphs]
@@ -965,6 +966,7 @@ def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs, gradients
                         dnode.op if dnode else "?", _src(dnode) if dnode else None, "recoverable",
                         "a different relation", f"output {name} does not relate to the single-device output as expected")]
     ranks = loc.ranks if loc.blame is None else list(range(dist.world_size))
+    ranks = [r for r in ranks if dist.graphs[r].has(loc.broken.name)] or loc.ranks  # rank-dependent code
     evidence_ranks = [r for r in ranks if loc.status[r].get(dist.graphs[r].node(loc.broken.name)) is None] or ranks
     finding = diagnose(run, relater, seq, dist, loc.broken, evidence_ranks, loc.status, s_in, s_env, d_envs, differing)
     return [_refine(_report_at(finding, loc), dist, loc.status, gradients)]
