@@ -9,11 +9,11 @@ parallel with an all_reduce. LayerNorms and residuals are replicated.
     shardproof verify src/shardproof/zoo/gpt2_block.py --world-size 4
 """
 import torch
-import torch.distributed as dist
 from torch import nn
 import torch.nn.functional as F
 
 from shardproof import Case
+from tensor_parallel import TensorParallel
 
 HIDDEN, HEADS, SEQ, BATCH = 48, 24, 6, 2
 HEAD_DIM = HIDDEN // HEADS
@@ -54,7 +54,7 @@ class GPT2Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class ParallelGPT2Block(nn.Module):
+class ParallelGPT2Block(TensorParallel):
     """Rank r holds heads [r*H/W, (r+1)*H/W) and the r-th slice of the MLP's hidden units."""
 
     def __init__(self, full: GPT2Block, rank: int, world: int):
@@ -97,16 +97,6 @@ class ParallelGPT2Block(nn.Module):
     def mlp(self, x):
         y = F.linear(F.gelu(self.c_fc(self.enter_tp(x)), approximate="tanh"), self.mlp_proj.weight)
         return self.reduce_tp(y) + self.mlp_proj.bias
-
-    def enter_tp(self, x):
-        """Where the replicated activation enters the column-parallel layers (Megatron's f
-        operator: identity here; a training variant all-reduces its gradient)."""
-        return x
-
-    def reduce_tp(self, y):
-        """Sum the row-parallel partial outputs over the tensor-parallel ranks (Megatron's g)."""
-        dist.all_reduce(y)
-        return y
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))

@@ -12,11 +12,11 @@ query heads attend with), so wk/wv are related by Slices, not Shard.
     shardproof verify src/shardproof/zoo/llama_block.py --world-size 8
 """
 import torch
-import torch.distributed as dist
 from torch import nn
 import torch.nn.functional as F
 
 from shardproof import Case
+from tensor_parallel import TensorParallel
 
 HIDDEN, N_HEADS, N_KV_HEADS, FFN = 32, 8, 2, 64
 HEAD_DIM = HIDDEN // N_HEADS
@@ -104,7 +104,7 @@ class LlamaBlock(nn.Module):
         return h + self.mlp(self.ffn_norm(h))
 
 
-class ParallelLlamaBlock(nn.Module):
+class ParallelLlamaBlock(TensorParallel):
     """Rank r: query heads [r*Hq/W, (r+1)*Hq/W); KV heads [r*Hkv/W, (r+1)*Hkv/W) when W <= Hkv,
     else the single KV head r*Hkv//W (replicated across the W/Hkv ranks that share it)."""
 
@@ -162,16 +162,6 @@ class ParallelLlamaBlock(nn.Module):
     def mlp(self, x):
         x = self.enter_tp(x)
         return self.reduce_tp(self.w2(F.silu(self.w1(x)) * self.w3(x)))
-
-    def enter_tp(self, x):
-        """Where the replicated activation enters the column-parallel layers (Megatron's f
-        operator: identity here; a training variant all-reduces its gradient)."""
-        return x
-
-    def reduce_tp(self, y):
-        """Sum the row-parallel partial outputs over the tensor-parallel ranks (Megatron's g)."""
-        dist.all_reduce(y)
-        return y
 
     def forward(self, x):
         h = x + self.attention(self.attention_norm(x))

@@ -3,11 +3,11 @@
     shardproof verify src/shardproof/zoo/tp_mlp.py --world-size 4
 """
 import torch
-import torch.distributed as dist
 from torch import nn
 import torch.nn.functional as F
 
 from shardproof import Case
+from tensor_parallel import TensorParallel
 
 HIDDEN, FFN = 16, 48
 WORLD_SIZES = (2, 3, 4, 6, 8)
@@ -23,7 +23,7 @@ class MLP(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))
 
 
-class ParallelMLP(nn.Module):
+class ParallelMLP(TensorParallel):
     """Rank r holds rows r of fc1 (column parallel) and columns r of fc2 (row parallel)."""
 
     def __init__(self, full: MLP, rank: int, world: int):
@@ -40,16 +40,6 @@ class ParallelMLP(nn.Module):
         h = F.gelu(self.fc1(self.enter_tp(x)))
         y = self.reduce_tp(F.linear(h, self.fc2.weight))
         return y + self.fc2.bias
-
-    def enter_tp(self, x):
-        """Where the replicated activation enters the column-parallel layers (Megatron's f
-        operator: identity here; a training variant all-reduces its gradient)."""
-        return x
-
-    def reduce_tp(self, y):
-        """Sum the row-parallel partial outputs over the tensor-parallel ranks (Megatron's g)."""
-        dist.all_reduce(y)
-        return y
 
 
 def case(world_size: int = 2) -> Case:
