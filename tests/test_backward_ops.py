@@ -354,3 +354,19 @@ def test_masked_lookup_and_its_gradient_only_with_the_fill_in_the_masked_branch(
     assert (report.status == "verified") is not swapped, report.reason
     if not swapped:
         assert report.outputs[0].holds == "Shard(0)"
+
+
+def test_slice_backward_of_a_row_shard_stays_that_rows_shard():
+    """slice's backward writes the gradient between zero blocks; with the gradient sharded
+    along another dim each rank holds its rows of the result (RoPE's rotate_half backward on
+    a microbatch of a data-parallel rank)."""
+    def step(rows):
+        return lambda g: A.slice_backward(g, [rows, 4], 1, 1, 3, 1)
+    case = Case(single=Fn(step(6)), distributed=lambda r, w: Fn(step(6 // w)), inputs={"g": torch.randn(6, 2)},
+                dist_inputs=lambda r, w, i: {"g": i["g"].chunk(w, 0)[r]}, expect={"out": "Shard(0)"})
+    report = verify(case)
+    assert report.status == "verified", report.reason
+    wrong = Case(single=Fn(step(6)), distributed=lambda r, w: Fn(lambda g: A.slice_backward(g, [6 // w, 4], 1, 0, 2, 1)),
+                 inputs={"g": torch.randn(6, 2)}, dist_inputs=lambda r, w, i: {"g": i["g"].chunk(w, 0)[r]},
+                 expect={"out": "Shard(0)"})
+    assert verify(wrong).status == "violation"

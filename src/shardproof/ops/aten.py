@@ -8,6 +8,7 @@ import numpy as np
 
 from ..algebra import compute, layout
 from ..algebra.layout import Val, prod, shape_of
+from ..algebra.masks import make_fill
 from ..algebra.ranks import LINEARITY
 from ..algebra.terms import COMMUTATIVE, freeze
 from .common import as_float, elementwise_op, erf, identity_op, template, tensor_args
@@ -266,11 +267,28 @@ def _slice_scatter_rule(ctx: RuleCtx, base: Val, src: Val, dim=0, start=None, en
 
 
 declare(T + "slice_scatter", numerics=_slice_scatter_num, rule=_slice_scatter_rule, doc="write a slice")
+def _slice_backward_rule(ctx: RuleCtx, g: Val, sizes, dim, start, end, step):
+    """The gradient between zero blocks along `dim`; the zeros are laid out like `g` on the
+    other dims (a constant holds on any piece), so a rank's piece of g stays that piece."""
+    if step != 1:
+        raise ValueError("slice_backward with a step has no rule")
+    dim %= len(sizes)
+    lo, hi = _clip_bounds(sizes[dim], start, end)
+    pieces = []
+    for width in (lo, None, sizes[dim] - hi):
+        if width is None:
+            pieces.append(g)
+        elif width:
+            shape = list(ctx.terms.shape(g.t))
+            shape[dim] = width
+            zeros = make_fill(ctx.terms, 0, shape)
+            pieces.append(Val(zeros, tuple(None if d == dim else v for d, v in enumerate(g.vecs))))
+    return layout.concat(ctx.terms, pieces, dim) if len(pieces) > 1 else g
+
+
 declare(T + "slice_backward",
         numerics=lambda g, sizes, dim, start, end, step: _slice_scatter_num(np.zeros(sizes), g, dim, start, end, step),
-        rule=lambda ctx, g, sizes, dim, start, end, step: _slice_scatter_rule(ctx, _fill(ctx, 0.0, sizes), g, dim,
-                                                                              start, end, step),
-        doc="slice's backward: the gradient written into zeros of the input's shape")
+        rule=_slice_backward_rule, doc="slice's backward: the gradient written into zeros of the input's shape")
 declare(T + "narrow", numerics=lambda x, dim, start, length: _slice_num(x, dim, start, start + length),
         rule=lambda ctx, x, dim, start, length: _slice_rule(ctx, x, dim, start, start + length), doc="narrow")
 declare(T + "select", numerics=lambda x, dim, index: np.take(x, index, axis=dim),
