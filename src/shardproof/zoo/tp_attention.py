@@ -9,11 +9,11 @@ projection is row-parallel, all-reduced, and its bias is added once after the re
 import math
 
 import torch
-import torch.distributed as dist
 from torch import nn
 import torch.nn.functional as F
 
 from shardproof import Case
+from tensor_parallel import TensorParallel
 
 HIDDEN, HEADS, SEQ, BATCH = 48, 24, 6, 2
 HEAD_DIM = HIDDEN // HEADS
@@ -52,7 +52,7 @@ class Attention(nn.Module):
         return self.out_proj(o)
 
 
-class ParallelAttention(nn.Module):
+class ParallelAttention(TensorParallel):
     """Rank r holds heads [r*H/W, (r+1)*H/W): rows of q/k/v (and their biases), columns of out_proj."""
 
     def __init__(self, full: Attention, rank: int, world: int):
@@ -85,8 +85,7 @@ class ParallelAttention(nn.Module):
         return o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim)
 
     def forward(self, x):
-        y = F.linear(self.attend(x), self.out_proj.weight)
-        dist.all_reduce(y)
+        y = self.reduce_tp(F.linear(self.attend(self.enter_tp(x)), self.out_proj.weight))
         return y + self.out_proj.bias
 
 
