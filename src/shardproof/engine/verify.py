@@ -25,7 +25,7 @@ from ..relations.infer import InputRelation, relation_by_value
 from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Partial, Relation, RelationError, Shard, Slices,
                               chunk_bounds, held, layout_index)
 from .diagnose import SLICING_OPS
-from .numeric import NumericError, check_evaluable, evaluate
+from .numeric import check_evaluable, evaluate
 from .numeric import derive as derive_numeric
 from .result import Finding, OutputCheck, Report
 from .symbolic import SymbolicRun, derive, interpret

@@ -231,10 +231,9 @@ class _Translator:
                         root = next(i for i in comp.instrs if i.name == refs[0])
                     root.root = True
                 else:
-                    tup = self.emit(comp, "tuple", "(" + ", ".join(_shape_text(next(
+                    self.emit(comp, "tuple", "(" + ", ".join(_shape_text(next(
                         i for i in comp.instrs if i.name == r)) for r in refs) + ")", refs, line)
                     comp.instrs[-1].root = True
-                    del tup
                 continue
             self.op(comp, env, line, text, loc)
 

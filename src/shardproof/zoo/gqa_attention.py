@@ -72,9 +72,13 @@ class ParallelGQAAttention(nn.Module):
         rows = slice(kv_head * HEAD_DIM, (kv_head + 1) * HEAD_DIM)
         return torch.cat([q.chunk(world, 0)[rank], k[rows], v[rows]], 0)
 
+    def split_qkv(self, qkv):
+        """The rank's q, k and v columns of its fused projection."""
+        return qkv.split([self.q_local, self.kv_local, self.kv_local], dim=-1)
+
     def forward(self, x):
         b, s, _ = x.shape
-        q, k, v = self.qkv(x).split([self.q_local, self.kv_local, self.kv_local], dim=-1)
+        q, k, v = self.split_qkv(self.qkv(x))
         q = q.view(b, s, self.local_heads, HEAD_DIM).transpose(1, 2)
         k = k.view(b, s, self.local_kv_heads, HEAD_DIM).transpose(1, 2)
         v = v.view(b, s, self.local_kv_heads, HEAD_DIM).transpose(1, 2)

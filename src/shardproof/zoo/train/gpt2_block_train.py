@@ -6,8 +6,8 @@ the global token count, dp gradient all_reduce, global-norm clipping, AdamW.
 """
 import torch
 
-from gpt2_block import HIDDEN, GPT2Block, ParallelGPT2Block
-from mini_megatron import MegatronTraining, Mesh, dp_shard, token_mean_loss
+from gpt2_block import GPT2Block, ParallelGPT2Block
+from mini_megatron import MegatronTraining, dp_shard, regression_batch, token_mean_loss
 from shardproof import Case
 from shardproof import AdamW, Train
 
@@ -19,21 +19,12 @@ TRAIN = Train(loss=token_mean_loss, optimizer=AdamW(lr=1e-2), microbatches=2, gr
 class TrainParallelGPT2Block(MegatronTraining, ParallelGPT2Block):
     replicated = frozenset({"ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "c_proj.bias", "mlp_proj.bias"})
 
-    def __init__(self, full, rank, world, tp):
-        mesh = Mesh(rank, world, tp)
-        super().__init__(full, mesh.tp_rank, tp)
-        self.mesh = mesh
-
-
-def batch(hidden=SMALL_HIDDEN):
-    return {"x": torch.randn(BATCH, SEQ, hidden), "target": torch.randn(BATCH, SEQ, hidden),
-            "mask": (torch.rand(BATCH, SEQ) > 0.3).long()}
-
 
 def case(world_size: int = 4, dp: int = 2, model=TrainParallelGPT2Block, train=TRAIN, name="gpt2_block_train",
          meta=None) -> Case:
     torch.manual_seed(0)
     full, tp = GPT2Block(SMALL_HIDDEN, SMALL_HEADS, 4 * SMALL_HIDDEN), world_size // dp
-    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, tp), inputs=batch(),
+    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, tp),
+                inputs=regression_batch(BATCH, SEQ, SMALL_HIDDEN),
                 dist_inputs=dp_shard(tp), world_size=world_size, train=train, name=name,
                 meta=meta or {"source": "Megatron TP GPT-2 training step"})

@@ -17,8 +17,8 @@ import torch.distributed as dist
 from torch.nn.utils.stateless import _reparametrize_module
 
 from gpt2_block import GPT2Block
-from gpt2_block_train import SMALL_HEADS, SMALL_HIDDEN, TRAIN, batch
-from mini_megatron import MegatronTraining, _all_gather_seq, _reduce_scatter_seq, all_reduce
+from gpt2_block_train import BATCH, SEQ, SMALL_HEADS, SMALL_HIDDEN, TRAIN
+from mini_megatron import MegatronTraining, _all_gather_seq, _reduce_scatter_seq, all_reduce, regression_batch
 from shardproof import Case
 
 MESHES = ((4, 1),)  # (dp, tp): ZeRO over all ranks
@@ -90,7 +90,7 @@ class ZeroTraining(MegatronTraining):
 
 class ZeroGPT2Block(ZeroTraining, GPT2Block):
     def __init__(self, full: GPT2Block, rank: int, world: int, stage: int, shard_size: int):
-        super().__init__(full.hidden, full.heads, full.c_fc.out_features)
+        GPT2Block.__init__(self, full.hidden, full.heads, full.c_fc.out_features)  # not the tp mesh: ZeroMesh
         self.load_state_dict(full.state_dict())
         self.mesh, self.stage = ZeroMesh(rank, world, shard_size), stage
         if stage == 3:
@@ -118,6 +118,7 @@ def case(world_size: int = 4, dp: int = 4, stage: int = 3, shard_size: int | Non
     shard = shard_size or world_size
     chunks = "Shard(0)" if shard == world_size else f"Mesh([{world_size // shard}, {shard}], (Replicate(), Shard(0)))"
     expect = {"grad:*": chunks} if stage == 2 else None  # ZeRO-2 returns each rank's gradient chunk
-    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, stage, shard), inputs=batch(),
+    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, stage, shard),
+                inputs=regression_batch(BATCH, SEQ, SMALL_HIDDEN),
                 dist_inputs=data_shard, world_size=world_size, train=TRAIN, expect=expect,
                 name=name or f"gpt2_block_zero{stage}", meta=meta or {"source": "ZeRO-1/2/3 (DeepSpeed), HSDP"})

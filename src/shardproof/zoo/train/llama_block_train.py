@@ -9,7 +9,7 @@ and their KV head are all local, so the KV projections' gradients are whole).
 import torch
 
 from llama_block import LlamaBlock, ParallelLlamaBlock
-from mini_megatron import MegatronTraining, Mesh, dp_shard, token_mean_loss
+from mini_megatron import MegatronTraining, dp_shard, regression_batch, token_mean_loss
 from shardproof import Case
 from shardproof import AdamW, Train
 
@@ -21,21 +21,12 @@ TRAIN = Train(loss=token_mean_loss, optimizer=AdamW(lr=1e-2), microbatches=2, gr
 class TrainParallelLlamaBlock(MegatronTraining, ParallelLlamaBlock):
     replicated = frozenset({"attention_norm.weight", "ffn_norm.weight"})
 
-    def __init__(self, full, rank, world, tp):
-        mesh = Mesh(rank, world, tp)
-        super().__init__(full, mesh.tp_rank, tp)
-        self.mesh = mesh
-
-
-def batch(hidden=SMALL_HIDDEN):
-    return {"x": torch.randn(BATCH, SEQ, hidden), "target": torch.randn(BATCH, SEQ, hidden),
-            "mask": (torch.rand(BATCH, SEQ) > 0.3).long()}
-
 
 def case(world_size: int = 4, dp: int = 2, model=TrainParallelLlamaBlock, train=TRAIN, name="llama_block_train",
          meta=None) -> Case:
     torch.manual_seed(0)
     full, tp = LlamaBlock(SMALL_HIDDEN, SMALL_HEADS, SMALL_KV_HEADS, SMALL_FFN), world_size // dp
-    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, tp), inputs=batch(),
+    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, tp),
+                inputs=regression_batch(BATCH, SEQ, SMALL_HIDDEN),
                 dist_inputs=dp_shard(tp), world_size=world_size, train=train, name=name,
                 meta=meta or {"source": "Megatron TP Llama training step"})

@@ -116,9 +116,21 @@ def token_mean_loss(outputs, batch):
     return masked_sq_error(outputs, batch) / batch["mask"].sum()
 
 
+def regression_batch(batch: int, seq: int, hidden: int) -> dict:
+    """Inputs, regression targets and a token mask for the training cases."""
+    return {"x": torch.randn(batch, seq, hidden), "target": torch.randn(batch, seq, hidden),
+            "mask": (torch.rand(batch, seq) > 0.3).long()}
+
+
 class MegatronTraining:
-    """Mixin for a tensor-parallel module (``enter_tp``/``reduce_tp`` hooks, ``self.mesh``):
-    Megatron's f/g operators and its training step."""
+    """Mixin for a tensor-parallel module (``enter_tp``/``reduce_tp`` hooks): Megatron's f/g
+    operators and its training step. Placed before the module class, it builds the rank's
+    place on the dp x tp mesh (``self.mesh``) and the module as its tp rank's shard."""
+
+    def __init__(self, full, rank: int, world: int, tp: int):
+        mesh = Mesh(rank, world, tp)
+        super().__init__(full, mesh.tp_rank, tp)
+        self.mesh = mesh
 
     def enter_tp(self, x):
         return CopyToTensorParallel.apply(x, self.mesh.tp_group)

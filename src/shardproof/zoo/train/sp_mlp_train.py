@@ -8,7 +8,7 @@ Megatron does for sequence-parallel parameters). Microbatches split the batch (d
 """
 import torch
 
-from mini_megatron import (GatherFromSequenceParallel, MegatronTraining, Mesh, ReduceScatterToSequenceParallel,
+from mini_megatron import (GatherFromSequenceParallel, MegatronTraining, ReduceScatterToSequenceParallel,
                            all_reduce, token_mean_loss)
 from shardproof import Case
 from shardproof import AdamW, Train
@@ -22,11 +22,6 @@ class TrainSequenceParallelBlock(MegatronTraining, SequenceParallelBlock):
     replicated = frozenset({"ln.weight", "ln.bias", "fc2.bias"})
     sequence_parallel = frozenset({"ln.weight", "ln.bias", "fc2.bias"})
     microbatch_dim = 1
-
-    def __init__(self, full, rank, world, tp):
-        mesh = Mesh(rank, world, tp)
-        super().__init__(full, mesh.tp_rank, tp)
-        self.mesh = mesh
 
     def gather_sequence(self, h):
         return GatherFromSequenceParallel.apply(h, self.mesh.tp_group)

@@ -7,7 +7,7 @@ all_reduce, global-norm clipping, AdamW.
 """
 import torch
 
-from mini_megatron import MegatronTraining, Mesh, dp_shard, token_mean_loss
+from mini_megatron import MegatronTraining, dp_shard, regression_batch, token_mean_loss
 from shardproof import AdamW, Case, Train
 from tp_attention import HIDDEN, SEQ, Attention, ParallelAttention
 
@@ -22,18 +22,12 @@ TRAIN = Train(loss=token_mean_loss, optimizer=AdamW(lr=1e-2), microbatches=2, gr
 class TrainParallelAttention(MegatronTraining, ParallelAttention):
     replicated = frozenset({"out_proj.bias"})
 
-    def __init__(self, full, rank, world, tp):
-        mesh = Mesh(rank, world, tp)
-        super().__init__(full, mesh.tp_rank, tp)
-        self.mesh = mesh
-
 
 def case(world_size: int = 4, dp: int = 2, model=TrainParallelAttention, train=TRAIN, name="tp_attention_train",
          meta=None) -> Case:
     torch.manual_seed(0)
     full, tp = Attention(), world_size // dp
-    inputs = {"x": torch.randn(BATCH, SEQ, HIDDEN), "target": torch.randn(BATCH, SEQ, HIDDEN),
-              "mask": (torch.rand(BATCH, SEQ) > 0.3).long()}
-    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, tp), inputs=inputs,
+    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, tp),
+                inputs=regression_batch(BATCH, SEQ, HIDDEN),
                 dist_inputs=dp_shard(tp), world_size=world_size, train=train, name=name,
                 meta=meta or {"source": "Megatron TP attention training step", "known_gap": KNOWN_GAP})

@@ -6,7 +6,7 @@ gradients all-reduced over dp, global-norm clipping, AdamW.
 """
 import torch
 
-from mini_megatron import MegatronTraining, Mesh, dp_shard, token_mean_loss
+from mini_megatron import MegatronTraining, dp_shard, regression_batch, token_mean_loss
 from shardproof import Case
 from shardproof import AdamW, Train
 from tp_mlp import HIDDEN, MLP, ParallelMLP
@@ -19,20 +19,11 @@ TRAIN = Train(loss=token_mean_loss, optimizer=AdamW(lr=1e-2), microbatches=2, gr
 class TrainParallelMLP(MegatronTraining, ParallelMLP):
     replicated = frozenset({"fc2.bias"})
 
-    def __init__(self, full, rank, world, tp):
-        mesh = Mesh(rank, world, tp)
-        super().__init__(full, mesh.tp_rank, tp)
-        self.mesh = mesh
-
-
-def batch(batch=BATCH, seq=SEQ, hidden=HIDDEN):
-    return {"x": torch.randn(batch, seq, hidden), "target": torch.randn(batch, seq, hidden),
-            "mask": (torch.rand(batch, seq) > 0.3).long()}
-
 
 def case(world_size: int = 4, dp: int = 2, model=TrainParallelMLP, train=TRAIN, name="tp_mlp_train", meta=None) -> Case:
     torch.manual_seed(0)
     full, tp = MLP(), world_size // dp
-    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, tp), inputs=batch(),
+    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, tp),
+                inputs=regression_batch(BATCH, SEQ, HIDDEN),
                 dist_inputs=dp_shard(tp), world_size=world_size, train=train, name=name,
                 meta=meta or {"source": "Megatron f/g training step"})
