@@ -83,3 +83,23 @@ def test_scaled_gradient_of_a_loss_unscaled():
     with torch.enable_grad():
         assert _verdict(lambda x, d, r: grad(x, d, 1.0), lambda x, d, r: grad(x, d, 512.0)) == "verified"
         assert _verdict(lambda x, d, r: grad(x, d, 1.0), lambda x, d, r: grad(x, d, 512.0) * 2) == "violation"
+
+
+def test_a_scaled_block_of_a_merged_dim_splits_as_the_whole_does():
+    """A block of heads of one micro-batch of a scaled (batch*heads) tensor, viewed back to
+    (batch, heads), is the whole's (batch, heads) view selected, not a coarser (2*batch,
+    heads/2) split: the attention backward's q k^T gradient under tensor parallelism."""
+    scale = 0.7071067811865475  # an inexact float: kept as an exact scale factor of the term
+
+    def heads(t, c=scale):  # per (batch, head) row: a batched product, scaled, viewed back
+        rows = t.reshape(-1, 1, 2)
+        return (torch.bmm(rows, rows.transpose(1, 2)) * c).reshape(t.shape[0], -1)
+
+    def blocks(x, c=scale):  # micro-batches x head blocks, the last block scaled by `c`
+        return torch.cat([torch.cat([heads(x[b:b + 2, :3]), heads(x[b:b + 2, 3:], c if b else scale)], 1)
+                          for b in (0, 2)], 0)
+
+    whole = lambda x, d, r: heads(x)  # noqa: E731
+    x = torch.randn(4, 6, 2)
+    assert _verdict(whole, lambda x, d, r: blocks(x), x=x) == "verified"
+    assert _verdict(whole, lambda x, d, r: blocks(x, 0.5), x=x) == "violation"

@@ -323,12 +323,21 @@ def reshape(terms: TermStore, val: Val, new_shape: Sequence[int]) -> Val:
         return reshape(terms, materialize(terms, val), new_shape)
     built = [b for b in built if b is not None]
     # prefer a split whose term the other program already built; else the plainest
-    base = terms[val.t].children[0] if terms[val.t].op == "reshape" else val.t
     for shape, vecs in (b for options in built for b in options):
-        if shape in (ts, terms.shape(base)) or terms.lookup("reshape", (shape,), (base,)) is not None:
+        if shape == ts or _reshape_built(terms, val.t, shape):
             return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
     shape, vecs = min((b for options in built for b in options), key=_selection_cost)  # the plainest selection
     return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
+
+
+def _reshape_built(terms: TermStore, t: int, shape: tuple) -> bool:
+    """Whether the term ``view_term`` would build for reshaping `t` to `shape` exists
+    already, found as ``view_term`` normalizes it (through an exact scale, a view chain)."""
+    inner = terms[t]
+    if inner.op == "lin" and len(inner.children) == 1 and terms.shape(inner.children[0]) == inner.shape:
+        return _reshape_built(terms, inner.children[0], shape)
+    base = inner.children[0] if inner.op == "reshape" else t
+    return tuple(shape) == terms.shape(base) or terms.lookup("reshape", (tuple(shape),), (base,)) is not None
 
 
 def _reshape_options(terms: TermStore, val: Val, grouping, new_shape) -> list | None:
