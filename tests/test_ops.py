@@ -223,3 +223,19 @@ def test_mask_normal_forms():
     assert ts.make("add", ("$", "$", ()), (x, zero), (4,)) == x  # x + 0*m is x
     three = ts.make("scale", (Fraction(3),), (empty,), (4,))  # 3 * false is 0
     assert ts.make("add", ("$", "$", ()), (x, three), (4,)) == x
+
+
+def _blocks_reassembled(x, order):
+    """x (4, 6): row blocks of each column half, concatenated along rows in the column halves'
+    order, then put back side by side: the identity when `order` keeps the halves in place."""
+    halves = [x[:, :3], x[:, 3:]]
+    stacked = torch.cat([torch.cat([halves[h][:2], halves[h][2:]], 0) for h in order], 0)  # (8, 3)
+    return stacked.view(2, 2, 2, 3).permute(1, 2, 0, 3).reshape(4, 6)
+
+
+def test_blocks_of_different_columns_stacked_and_reassembled_are_the_tensor():
+    """A cat of pieces of one term selected on other dims (an all_to_all's receive buffer)
+    is a map of positions; the views that reassemble it compose back to the plain tensor."""
+    x = torch.randn(4, 6)
+    assert _check(lambda x: x * 2, lambda x: _blocks_reassembled(x * 2, (0, 1)), x=x).status == "verified"
+    assert _check(lambda x: x * 2, lambda x: _blocks_reassembled(x * 2, (1, 0)), x=x).status == "violation"

@@ -143,6 +143,8 @@ def view_term(terms: TermStore, op: str, attrs: tuple, t: int, shape) -> int:
 
 def permute(terms: TermStore, val: Val, perm: Sequence[int]) -> Val:
     perm = tuple(int(p) % len(val.vecs) for p in perm)
+    if _mapped(terms, val):
+        return at_positions(terms, val.t, _flat_positions(terms, val).transpose(perm))
     ts = terms.shape(val.t)
     t = view_term(terms, "permute", (perm,), val.t, [ts[p] for p in perm])
     return Val(t, tuple(val.vecs[p] for p in perm))
@@ -154,7 +156,7 @@ def slice_(terms: TermStore, val: Val, dim: int, start, stop, step: int = 1) -> 
     new = v[slice(start, stop, step)]
     vecs = list(val.vecs)
     vecs[dim] = canon_vec(new, ts[dim])
-    return within_piece(terms, Val(val.t, tuple(vecs)), dim)
+    return _settled(terms, within_piece(terms, Val(val.t, tuple(vecs)), dim))
 
 
 def take(terms: TermStore, val: Val, dim: int, index: np.ndarray) -> Val:
@@ -163,7 +165,7 @@ def take(terms: TermStore, val: Val, dim: int, index: np.ndarray) -> Val:
     v = vec_array(val.vecs[dim], ts[dim])
     vecs = list(val.vecs)
     vecs[dim] = canon_vec(v[np.asarray(index, dtype=np.int64)], ts[dim])
-    return within_piece(terms, Val(val.t, tuple(vecs)), dim)
+    return _settled(terms, within_piece(terms, Val(val.t, tuple(vecs)), dim))
 
 
 def unmaterialize(terms: TermStore, val: Val) -> Val:
@@ -314,6 +316,8 @@ def reshape(terms: TermStore, val: Val, new_shape: Sequence[int]) -> Val:
         new_shape[k] = prod(cur) // max(1, prod(s for s in new_shape if s != -1))
     if list(cur) == new_shape:
         return val
+    if _mapped(terms, val):
+        return at_positions(terms, val.t, _flat_positions(terms, val).reshape(new_shape))
     ts = terms.shape(val.t)
     groupings = [_group_dims(cur, new_shape)]
     if _group_dims_units_left(cur, new_shape) != groupings[0]:
@@ -402,6 +406,67 @@ def _broadcast_to_selection(terms: TermStore, val: Val, extent: dict) -> Val:
     return Val(t, tuple(extent[d][1] if d in dims else val.vecs[d] for d in range(len(ts))))
 
 
+# ---------------------------------------------------------------- position maps
+
+MAX_MAPPED = 1 << 22  # elements: a bigger layout that is no grid is materialized instead
+
+
+def _flat_positions(terms: TermStore, val: Val) -> np.ndarray:
+    """The flat positions in term ``val.t`` of `val`'s elements, laid out in `val`'s shape."""
+    ts = terms.shape(val.t)
+    flat = np.arange(prod(ts), dtype=np.int64).reshape(ts)
+    return flat[np.ix_(*[vec_array(v, s) for v, s in zip(val.vecs, ts)])] if ts else flat
+
+
+def _grid(m: np.ndarray, shape: tuple) -> Optional[tuple]:
+    """Per-dim vectors when flat positions `m` into `shape` select a grid, dims in order."""
+    if m.ndim != len(shape):
+        return None
+    coords = np.unravel_index(m, shape)
+    vecs = []
+    for d, c in enumerate(coords):
+        line = c[tuple(slice(None) if k == d else 0 for k in range(m.ndim))]
+        if not np.array_equal(c, np.broadcast_to(line.reshape([-1 if k == d else 1 for k in range(m.ndim)]), m.shape)):
+            return None
+        vecs.append(canon_vec(line, shape[d]))
+    return tuple(vecs)
+
+
+def at_positions(terms: TermStore, t: int, m: np.ndarray) -> Val:
+    """The tensor of the elements at flat positions `m` of term `t`: a selection of `t`, or
+    of the term `t` views (through permutes, reshapes and position maps), where they form a
+    grid; else a position map of `t` (which later views compose with, down to a grid). An
+    all_to_all's blocks reassembled are thus the selection the single device holds."""
+    if terms[t].op == "take":  # a map of a map: one map of the term the first one views
+        t, m = terms[t].children[0], np.frombuffer(terms[t].attrs[1], dtype=np.int64)[m]
+    top, top_m = t, m
+    while True:
+        vecs = _grid(m, terms.shape(t))
+        if vecs is not None:
+            return Val(t, vecs)
+        term = terms[t]
+        if term.op == "take":
+            m = np.frombuffer(term.attrs[1], dtype=np.int64)[m]
+        elif term.op == "permute":
+            inner = terms.shape(term.children[0])
+            m = np.arange(prod(inner), dtype=np.int64).reshape(inner).transpose(term.attrs[0]).ravel()[m]
+        elif term.op != "reshape":  # a reshape keeps flat positions
+            break
+        t = term.children[0]
+    return Val(terms.make("take", (top_m.shape, top_m.tobytes()), (top,), top_m.shape), (None,) * top_m.ndim)
+
+
+def _mapped(terms: TermStore, val: Val) -> bool:
+    """Whether `val` is a position map's selection that views must compose exactly."""
+    return terms[val.t].op == "take" and prod(shape_of(terms, val)) <= MAX_MAPPED
+
+
+def _settled(terms: TermStore, val: Val) -> Val:
+    """A selection of a position map as the plain selection it may have become (a block
+    of an all_to_all's receive buffer that is one sender's piece)."""
+    return at_positions(terms, val.t, _flat_positions(terms, val)) if _mapped(terms, val) else val
+
+
 def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:
     """Concatenate along `dim`; pieces of one term merge into one layout."""
     first = vals[0]
@@ -415,6 +480,9 @@ def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:
         vecs = list(first.vecs)
         vecs[dim] = canon_vec(joined, ts[dim])
         return Val(first.t, tuple(vecs))
+    if all(v.t == first.t for v in vals) and sum(prod(shape_of(terms, v)) for v in vals) <= MAX_MAPPED:
+        # pieces of one term selected differently on other dims (an all_to_all's blocks)
+        return at_positions(terms, first.t, np.concatenate([_flat_positions(terms, v) for v in vals], dim))
     # other dims selected alike in every piece stay selections (cat commutes with them);
     # a piece broadcast along a dim (a constant fill) agrees with any selection of it
     nd = len(first.vecs)

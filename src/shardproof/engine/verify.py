@@ -699,7 +699,9 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
         # every unrelated tensor relates again later: the break is an output held wrongly
         wrong = _related_wrongly(dist, status, broken)
         if wrong is not None:
-            return Localized(wrong[0], wrong[1], status, wrong[0], recovers=False)
+            reordering = next(((f[0], f[1]) for f in sorted(found.values(), key=lambda f: f[3])
+                               if _reorders(f[0], dist.graphs[f[1][0]].users(), status[f[1][0]])), wrong)
+            return Localized(reordering[0], reordering[1], status, reordering[0], recovers=False)
     if not found:
         return None
     n, ranks, recovers, _ = min(found.values(), key=lambda f: (f[2], f[3]))
@@ -716,6 +718,24 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     if overlapping is not None:
         return Localized(*overlapping[:2], status, n, overlapping[2], recovers)
     return Localized(n, ranks, status, n, recovers=recovers)
+
+
+def _reorders(node: Node, users: dict, status: dict) -> bool:
+    """Whether the first related tensors `node` feeds (past unrelated ones) hold their
+    single-device elements out of order: `node` scrambled a layout (a collective gathering
+    along the wrong dim) that a later view made relate again, permuted."""
+    stack, seen = list(users[node]), set()
+    while stack:
+        m = stack.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        rel = status.get(m)
+        if rel is None:
+            stack.extend(users[m])
+        elif rel.kind == "held" and any(p is not None and (np.diff(p) < 0).any() for p in rel.positions):
+            return True
+    return False
 
 
 def _related_wrongly(dist: DistributedProgram, status: list, broken: list[str]):

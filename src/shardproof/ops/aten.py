@@ -355,7 +355,7 @@ declare("getitem", numerics=lambda xs, i: xs[i], rule=lambda ctx, xs, i: xs[i], 
 # ------------------------------------------------------------------ reductions
 
 LINEARITY.update({"sum": "all", "reshape": "all", "permute": "all", "select": "all", "expand": "all",
-                  "gather": "all", "cat": "all", "dot": "one", "embedding": "none"})
+                  "gather": "all", "take": "all", "cat": "all", "dot": "one", "embedding": "none"})
 
 
 def _dims(x_nd, dim):

@@ -4,9 +4,10 @@ sequence-first, (seq, batch, features). Each rank computes its feature block for
 batch, moves batch to dim 0 (all_to_all_single splits dim 0), exchanges, and reassembles its
 batch shard with every feature block: the output is Shard(1) (batch) of the single-device one.
 
-Pending: the all_to_all's receive buffer has a dim 0 that fuses (source rank = feature block,
-local batch row), a block-permuted layout no relation describes yet, so the proof stops there
-(unknown, numerically equal) until the view/permute that undoes it can be related.
+The all_to_all's receive buffer has a dim 0 that fuses (source rank = feature block, local
+batch row): no single layout of the single-device output describes it, so the engine keeps it
+as a map of positions, which the view/permute that reassembles the batch shard composes back to
+a plain selection.
 
     shardproof verify src/shardproof/zoo/batch_all_to_all.py --world-size 4
 """
@@ -19,7 +20,6 @@ from shardproof import Case
 
 SEQ, BATCH, HIDDEN, FFN = 8, 4, 16, 32
 WORLD_SIZES = (2, 4)
-KNOWN_GAP = "relations for all_to_all outputs whose dim 0 fuses source rank and batch (block-permuted layouts)"
 
 
 class Projection(nn.Module):
@@ -55,5 +55,5 @@ def case(world_size: int = 2) -> Case:
     full = Projection()
     return Case(single=full, distributed=lambda rank, world: TensorToBatchParallel(full, rank, world),
                 inputs={"x": torch.randn(SEQ, BATCH, HIDDEN)}, world_size=world_size, name="batch_all_to_all",
-                meta={"source": "transformers-neuronx shard-over-batch all_to_all (PR 108/109)", "pending": KNOWN_GAP},
+                meta={"source": "transformers-neuronx shard-over-batch all_to_all (PR 108/109)"},
                 expect={"out": "Shard(1)"})

@@ -2,9 +2,8 @@
 batch-parallel, the all_to_all is applied to the sequence-first activations as they are, so
 all_to_all_single (which splits dim 0) scatters *sequence* chunks instead of batch chunks; the
 receive buffer is then reassembled as if it held batch chunks. Shapes line up, values do not.
-Expected finding: the all_to_all, on every rank (it splits a dim that is not the batch). (The
-correct twin, batch_all_to_all, is pending: relations stop at its all_to_all too, so here the
-violation rests on the numeric counterexample at the output, located at that all_to_all.)"""
+Expected finding: the all_to_all, on every rank (it splits a dim that is not the batch); the
+correct twin is batch_all_to_all."""
 import torch
 
 from shardproof import Case
