@@ -83,3 +83,13 @@ def test_scaled_gradient_of_a_loss_unscaled():
     with torch.enable_grad():
         assert _verdict(lambda x, d, r: grad(x, d, 1.0), lambda x, d, r: grad(x, d, 512.0)) == "verified"
         assert _verdict(lambda x, d, r: grad(x, d, 1.0), lambda x, d, r: grad(x, d, 512.0) * 2) == "violation"
+
+
+def test_broadcast_batch_of_a_contraction_is_a_free_dim():
+    """``A[None] @ B`` (A broadcast over B's batch, experts on shared tokens) computed for two
+    blocks of B and concatenated is the whole product; the other token matrix is not."""
+    whole = lambda x, d, r: x[1].t().unsqueeze(0) @ x  # noqa: E731
+    blocks = lambda x, d, r: torch.cat([x[1].t().unsqueeze(0) @ x[:2], x[1].t().unsqueeze(0) @ x[2:]])  # noqa: E731
+    wrong = lambda x, d, r: torch.cat([x[1].t().unsqueeze(0) @ x[:2], x[0].t().unsqueeze(0) @ x[2:]])  # noqa: E731
+    assert _verdict(whole, blocks) == "verified"
+    assert _verdict(whole, wrong) == "violation"
