@@ -156,6 +156,10 @@ class Relater:
             whole = terms.make("dot", (term.attrs[0], None), term.children, term.shape)
         elif COMPLETES.get(term.op) is not None and len(term.attrs) >= 3 and term.attrs[2] is not None:
             whole = terms.make(term.op, term.attrs[:2] + (None,) + term.attrs[3:], term.children, term.shape)
+        elif term.op == "lin" and len(term.children) > 1:  # shares of several sums: a share of their sum
+            from ..algebra.lemmas import linear
+            parts = [self._whole_of(c) for c in term.children]
+            whole = None if None in parts else linear(terms, dict(zip(parts, term.attrs)), term.shape)
         elif term.op in PIECEWISE and len(term.children) == PIECEWISE[term.op]:
             inner = self._whole_of(term.children[0])  # linear in its first operand, the others shared
             whole = None if inner is None else terms.make(term.op, term.attrs, (inner,) + term.children[1:], term.shape)
@@ -725,7 +729,7 @@ def _related_wrongly(dist: DistributedProgram, status: list, broken: list[str]):
         nodes = [g.outputs.get(o) for g in dist.graphs]
         if all(n is not None and status[r].get(n) is not None for r, n in enumerate(nodes)):
             node = nodes[0]
-            while node.op == "aten.alias" and node.args and isinstance(node.args[0], Node):
+            while node.op in ("aten.alias", "aten.detach") and node.args and isinstance(node.args[0], Node):
                 node = node.args[0]  # name the op that produced it
             return node, list(range(len(nodes)))
     return None

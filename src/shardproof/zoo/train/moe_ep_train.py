@@ -136,9 +136,10 @@ def shard_batch(rank, world, inputs):
     return {k: v.chunk(world, 0)[rank] for k, v in inputs.items()}
 
 
-def case(world_size: int = 4, dp: int = 2, model=TrainExpertParallelMoE, name="moe_ep_train", meta=None) -> Case:
+def case(world_size: int = 4, dp: int = 2, model=TrainExpertParallelMoE, train=TRAIN, name="moe_ep_train",
+         meta=None) -> Case:
     torch.manual_seed(0)
     full, ep = MoE(), world_size // dp
     return Case(single=full, distributed=lambda rank, world: model(full, rank, world, ep),
                 inputs=regression_batch(BATCH, SEQ, HIDDEN), dist_inputs=shard_batch, world_size=world_size,
-                train=TRAIN, name=name, meta=meta or {"source": "DeepSpeed-MoE / torchtitan expert parallel"})
+                train=train, name=name, meta=meta or {"source": "DeepSpeed-MoE / torchtitan expert parallel"})
