@@ -103,3 +103,13 @@ def test_a_scaled_block_of_a_merged_dim_splits_as_the_whole_does():
     x = torch.randn(4, 6, 2)
     assert _verdict(whole, lambda x, d, r: blocks(x), x=x) == "verified"
     assert _verdict(whole, lambda x, d, r: blocks(x, 0.5), x=x) == "violation"
+
+
+def test_broadcast_batch_of_a_contraction_is_a_free_dim():
+    """``A[None] @ B`` (A broadcast over B's batch, experts on shared tokens) computed for two
+    blocks of B and concatenated is the whole product; the other token matrix is not."""
+    whole = lambda x, d, r: x[1].t().unsqueeze(0) @ x  # noqa: E731
+    blocks = lambda x, d, r: torch.cat([x[1].t().unsqueeze(0) @ x[:2], x[1].t().unsqueeze(0) @ x[2:]])  # noqa: E731
+    wrong = lambda x, d, r: torch.cat([x[1].t().unsqueeze(0) @ x[:2], x[0].t().unsqueeze(0) @ x[2:]])  # noqa: E731
+    assert _verdict(whole, blocks) == "verified"
+    assert _verdict(whole, wrong) == "violation"

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .layout import permute as layout_permute, select as layout_select
 from .layout import (Val, canon_vec, materialize, same_vec, shape_of, truncate, unmaterialize, vec_array, vec_key,
                      view_term)
 from .terms import TermStore
@@ -209,6 +210,53 @@ def reduction(terms: TermStore, op: str, attrs: tuple, val: Val, dims: Sequence[
     return Val(t, tuple(vecs))
 
 
+def _one_position(terms: TermStore, val: Val, d: int) -> bool:
+    """Whether `val` repeats one term position along `d` (a broadcast size-1 dim)."""
+    size = terms.shape(val.t)[d]
+    v = vec_array(val.vecs[d], size)
+    return len(v) > 0 and bool((v == v[0]).all()) and (len(v) > 1 or size == 1)
+
+
+def _broadcast_batch(terms: TermStore, a: Val, b: Val, lhs_batch, rhs_batch):
+    """The first batch pair (its index, and 0 for the lhs or 1 for the rhs) where one operand
+    is a broadcast (one position repeated) and the operands hold different positions."""
+    ash, bsh = terms.shape(a.t), terms.shape(b.t)
+    for k, (i, j) in enumerate(zip(lhs_batch, rhs_batch)):
+        if ash[i] == bsh[j] and same_vec(a.vecs[i], b.vecs[j]):
+            continue
+        if _one_position(terms, a, i):
+            return k, 0
+        if _one_position(terms, b, j):
+            return k, 1
+    return None
+
+
+def _dot_broadcast_batch(terms: TermStore, a: Val, b: Val, lhs_batch, rhs_batch, lhs_contract, rhs_contract,
+                         k: int, side: int) -> Val:
+    """A batch dim along which one operand is broadcast is a free dim of the other: the
+    product of ``A[p]`` (one fixed position p) with every ``B[n]`` is the contraction of
+    ``A[p]`` with ``B`` keeping n, moved back to the batch slot. Both programs reach the same
+    term whichever part of B each holds (experts applied to shared tokens)."""
+    def without(dims, d):
+        return tuple(x - (x > d) for x in dims if x != d)
+
+    i, j = lhs_batch[k], rhs_batch[k]
+    lb, rb = lhs_batch[:k] + lhs_batch[k + 1:], rhs_batch[:k] + rhs_batch[k + 1:]
+    if side == 0:
+        a = layout_select(terms, a, i, 0)
+        out = dot(terms, a, b, without(lb, i), rb, without(lhs_contract, i), rhs_contract)
+        nlfree = len(a.vecs) - len(lb) - len(lhs_contract)
+        rfree = [d for d in range(len(b.vecs)) if d not in rb and d not in rhs_contract]
+        at = len(lb) + nlfree + rfree.index(j)
+    else:
+        b = layout_select(terms, b, j, 0)
+        out = dot(terms, a, b, lb, without(rb, j), lhs_contract, without(rhs_contract, j))
+        lfree = [d for d in range(len(a.vecs)) if d not in lb and d not in lhs_contract]
+        at = len(lb) + lfree.index(i)
+    order = [d for d in range(len(out.vecs)) if d != at]
+    return layout_permute(terms, out, order[:k] + [at] + order[k:])
+
+
 def pair_set(av, asize: int, bv, bsize: int) -> bytes | None:
     """The multiset of index pairs (i, j) a contracted dim sums over, A[i]*B[j], sorted
     (summation is order-free); None when it is every (i, i) of equal extents."""
@@ -238,6 +286,10 @@ def dot(terms: TermStore, a: Val, b: Val, lhs_batch: Sequence[int], rhs_batch: S
     pairings are of the operands' unmaterialized positions)."""
     paired = [p is not None for p in (pairings or [None] * len(lhs_batch))]
     a, b = unmaterialize(terms, a), unmaterialize(terms, b)
+    if not any(paired):
+        broadcast = _broadcast_batch(terms, a, b, lhs_batch, rhs_batch)
+        if broadcast is not None:
+            return _dot_broadcast_batch(terms, a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract, *broadcast)
     ash, bsh = terms.shape(a.t), terms.shape(b.t)
     for (i, j), is_paired in zip(zip(lhs_batch, rhs_batch), paired):
         if is_paired:

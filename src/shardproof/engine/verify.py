@@ -51,6 +51,7 @@ class Related:
     positions: Optional[list]  # per dim: positions in the single-device tensor (None = all); None unless held
     partial: Optional[str] = None  # the reduce op when the ranks' values combine to seq_node
     kind: str = "held"  # held | partial | view (a reshape/permute of it) | piece (of a reduction) | scaled | const
+    #                     | packed (a concatenation of related tensors)
     #                     | input | local (rank-local index arithmetic, masks, recognized lookup pieces)
     factor: Optional[object] = None  # scaled: the exact factor times the held value
 
@@ -65,7 +66,8 @@ class Related:
         if self.kind == "scaled":
             return f"{self.factor} times"
         return {"view": "a view", "const": "a constant", "input": "an input", "piece": "a piece of the reduction",
-                "local": "a rank-local index or piece"}.get(self.kind, "held")
+                "local": "a rank-local index or piece",
+                "packed": "a concatenation of related tensors"}.get(self.kind, "held")
 
 
 def _tensor_vals(value) -> list:
@@ -156,6 +158,10 @@ class Relater:
             whole = terms.make("dot", (term.attrs[0], None), term.children, term.shape)
         elif COMPLETES.get(term.op) is not None and len(term.attrs) >= 3 and term.attrs[2] is not None:
             whole = terms.make(term.op, term.attrs[:2] + (None,) + term.attrs[3:], term.children, term.shape)
+        elif term.op == "lin" and len(term.children) > 1:  # shares of several sums: a share of their sum
+            from ..algebra.lemmas import linear
+            parts = [self._whole_of(c) for c in term.children]
+            whole = None if None in parts else linear(terms, dict(zip(parts, term.attrs)), term.shape)
         elif term.op in PIECEWISE and len(term.children) == PIECEWISE[term.op]:
             inner = self._whole_of(term.children[0])  # linear in its first operand, the others shared
             whole = None if inner is None else terms.make(term.op, term.attrs, (inner,) + term.children[1:], term.shape)
@@ -567,6 +573,12 @@ def _status(run: SymbolicRun, relater: Relater, dist: DistributedProgram):
     world = dist.world_size
     by_name = [{n.name: n for n in g.nodes} for g in dist.graphs]
     status: list[dict] = [dict() for _ in range(world)]
+
+    def peer_values(n: Node):
+        """The values of the tensor named like `n` on every rank (None if a rank lacks it)."""
+        peers = [by_name[q].get(n.name) for q in range(world)]
+        return None if any(p is None for p in peers) else [run.dist[q].get(p) for q, p in enumerate(peers)]
+
     for r, g in enumerate(dist.graphs):
         for n in g.nodes:
             v = run.dist[r].get(n)
@@ -579,15 +591,34 @@ def _status(run: SymbolicRun, relater: Relater, dist: DistributedProgram):
                 status[r][n] = Related(n, None, kind="const")
                 continue
             rel = relater.direct(v)
-            if rel is None:
-                peers = [by_name[q].get(n.name) for q in range(world)]
-                if all(p is not None for p in peers):
-                    rel = relater.partial([run.dist[q].get(p) for q, p in enumerate(peers)])
-            rel = rel or relater.piece(v) or relater.scaled(v)
+            if rel is None and peer_values(n) is not None:
+                rel = relater.partial(peer_values(n))
+            rel = rel or relater.piece(v) or relater.scaled(v) or _packed(relater, v, peer_values(n))
             if rel is None and _rank_local(run.terms, n, v, status[r]):
                 rel = Related(n, None, kind="local")
             status[r][n] = rel
     return status
+
+
+def _packed(relater: Relater, v: Val, peers: list | None) -> Optional[Related]:
+    """A whole concatenation whose every piece relates to a single-device tensor, exactly or
+    as a partial sum across the ranks (a flattened gradient bucket): a legitimate
+    intermediate, whose slices relate again where they cut the pieces back out."""
+    terms = relater.terms
+    term = terms[v.t]
+    if term.op != "cat" or any(x is not None for x in v.vecs) or peers is None:
+        return None
+    peer_terms = [terms[p.t] if isinstance(p, Val) else None for p in peers]
+    if any(p is None or p.op != "cat" or len(p.children) != len(term.children) for p in peer_terms):
+        return None
+    first = None
+    for i, child in enumerate(term.children):
+        whole = lambda t: full(terms, t)  # noqa: E731
+        rel = relater.direct(whole(child)) or relater.partial([whole(p.children[i]) for p in peer_terms])
+        if rel is None:
+            return None
+        first = first or rel
+    return Related(first.seq_node, None, kind="packed")
 
 
 LOCAL_PIECES = {"lookup_in", "range_lookup"}  # lemma forms: a rank's piece of a sum over ranks
@@ -659,7 +690,7 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     # a tensor every rank relates exactly to the single-device program (not a constant: one
     # rank's offset may be 0): where a legitimate rank-local intermediate's dataflow relates again
     names = set.intersection(*({n.name for n, rel in st.items()
-                                if rel is not None and rel.kind not in ("const", "local", "scaled", "piece")}
+                                if rel is not None and rel.kind not in ("const", "local", "scaled", "piece", "packed")}
                                for st in status))
     rescalings = []
     for r, g in enumerate(dist.graphs):
@@ -745,7 +776,7 @@ def _related_wrongly(dist: DistributedProgram, status: list, broken: list[str]):
         nodes = [g.outputs.get(o) for g in dist.graphs]
         if all(n is not None and status[r].get(n) is not None for r, n in enumerate(nodes)):
             node = nodes[0]
-            while node.op == "aten.alias" and node.args and isinstance(node.args[0], Node):
+            while node.op in ("aten.alias", "aten.detach") and node.args and isinstance(node.args[0], Node):
                 node = node.args[0]  # name the op that produced it
             return node, list(range(len(nodes)))
     return None

@@ -32,8 +32,12 @@ def _describe(rel) -> str:
         return f"holds {_held_text(rel)}"
     if rel.kind == "partial":
         return f'Partial("{rel.partial}") of {rel.seq_node.name}: the ranks\' values combine to it'
+    if rel.kind == "scaled":
+        return f"exactly {rel.factor} times {_held_text(rel)}"
     return {"view": f"a view of {rel.seq_node.name}", "const": "a constant (depends on no input)",
-            "input": "an input with no single-device counterpart"}[rel.kind]
+            "input": "an input with no single-device counterpart", "piece": f"a piece of {rel.seq_node.name}",
+            "local": "a rank-local index or piece",
+            "packed": f"a concatenation of tensors (one of them {rel.seq_node.name})"}[rel.kind]
 
 
 def _across_ranks(name: str, dist: DistributedProgram, status: list) -> str:
