@@ -134,3 +134,12 @@ def test_training_mutants_never_verify_wrongly(name, world, dp):
     survivors = [o.mutant.what for o in outcomes if o.outcome == "survived"]
     assert not survivors, f"{name}: verified but numerically different (UNSOUND): {survivors}"
     assert any(o.outcome == "killed" for o in outcomes)
+
+
+def test_backward_ops_point_at_their_forward_line():
+    """A gradient op's source is the forward line it is the gradient of, not the
+    ``autograd.grad`` call that traced it."""
+    import tp_mlp_train
+    p = prepare(tp_mlp_train.case(2, dp=1), 2)
+    sources = {n.op: n.source for n in p.dist.graphs[0].nodes if n.source is not None}
+    assert sources["aten.gelu_backward"].code == sources["aten.gelu"].code, sources["aten.gelu_backward"]

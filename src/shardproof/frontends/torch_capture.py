@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import traceback
 from typing import Any, Callable
 
@@ -204,14 +205,23 @@ def functional_collectives():
 
 # ---------------------------------------------------------------- source locations
 
+def _is_user_file(filename: str) -> bool:
+    """Not torch, not shardproof (its bundled zoo cases are user code), not the stdlib's glue."""
+    f = os.path.abspath(filename)
+    ours = f.startswith(_PKG_DIR) and not f.startswith(_ZOO_DIR)
+    return not (f.startswith(_TORCH_DIR) or ours or "/contextlib.py" in f or filename.startswith("<"))
+
+
 def _user_frame(summary) -> traceback.FrameSummary | None:
-    for frame in reversed(summary):
-        f = os.path.abspath(frame.filename)
-        ours = f.startswith(_PKG_DIR) and not f.startswith(_ZOO_DIR)
-        if f.startswith(_TORCH_DIR) or ours or "/contextlib.py" in f or f.startswith("<"):
-            continue
-        return frame
-    return None
+    return next((frame for frame in reversed(summary) if _is_user_file(frame.filename)), None)
+
+
+def innermost_user_frame() -> traceback.FrameSummary | None:
+    """The caller's innermost user frame, without formatting the whole stack."""
+    f = sys._getframe(1)
+    while f is not None and not _is_user_file(f.f_code.co_filename):
+        f = f.f_back
+    return None if f is None else traceback.FrameSummary(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
 
 
 @contextlib.contextmanager

@@ -10,16 +10,20 @@ recorded like any other op. Parameters, buffers, optimizer state and data are gr
 from __future__ import annotations
 
 import inspect
+import traceback
 from typing import Any, Callable
 
 import torch
 from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import _reparametrize_module
+from torch.overrides import TorchFunctionMode
+import torch.fx.traceback as fx_traceback
 
 from ..case import SGD, AdamW, Train
 from ..ir.graph import Graph
-from .torch_capture import CaptureError, fake_world, from_fx, functional_collectives, user_stack_traces
+from .torch_capture import (CaptureError, fake_world, from_fx, functional_collectives, innermost_user_frame,
+                            user_stack_traces)
 
 STATE_SEP = ":"
 
@@ -142,6 +146,31 @@ def _flatten(result: dict, params: list[str]) -> dict[str, torch.Tensor]:
     return out
 
 
+class ForwardLines(TorchFunctionMode):
+    """Backward ops are traced while ``autograd.grad`` runs, so their own stack is that
+    call's. Tag each autograd node the forward makes with the user's line that made it, and
+    trace its backward under that line (as aot_autograd does for joint graphs): a broken
+    gradient then points at the forward op it is the gradient of."""
+
+    def __init__(self):
+        super().__init__()
+        self._tagged: set = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            node = t.grad_fn if isinstance(t, torch.Tensor) else None
+            if node is None or node in self._tagged:
+                continue
+            self._tagged.add(node)
+            frame = innermost_user_frame()
+            if frame is not None:
+                line = traceback.format_list([frame])
+                node.register_prehook(lambda grad_outputs, line=line: fx_traceback.set_stack_trace(line))
+                node.register_hook(lambda grad_inputs, grad_outputs: fx_traceback.set_stack_trace([]))
+        return out
+
+
 def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callable, label: str) -> tuple[Graph, dict]:
     """Trace ``step(program, inputs, state, train)`` (program state swapped for graph
     inputs, parameters requiring grad) into the IR; returns the graph and its input values."""
@@ -164,7 +193,7 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
         return [o.detach() if isinstance(o, torch.Tensor) else o for o in outs.values()]
 
     try:
-        with functional_collectives(), user_stack_traces():
+        with functional_collectives(), user_stack_traces(), fx_traceback.preserve_node_meta(), ForwardLines():
             gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
                          record_stack_traces=True)(*inputs.values())
     except CaptureError:
