@@ -147,7 +147,21 @@ def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list
     if best is None:
         return None
     i = best[1][0]
-    return inputs[i].name, input_rels[i].seq_node.name, best[0][i].name
+    holds, belongs = input_rels[i].seq_node, best[0][i]
+    return inputs[i].name, holds.name, belongs.name, _section_root(holds) is _section_root(belongs)
+
+
+SECTIONING_OPS = SLICING_OPS | {"getitem", "aten.split", "aten.split_with_sizes", "aten.chunk", "aten.unbind",
+                                "aten.view", "aten.reshape", "aten._unsafe_view", "aten.transpose", "aten.permute",
+                                "aten.t", "aten.clone", "aten.contiguous"}
+
+
+def _section_root(node: Node) -> Node:
+    """The tensor `node` is a section (slice, split part, view) of: two sections of one root
+    read in each other's place is a wrong offset into it; of two roots, a wrong operand."""
+    while node.op in SECTIONING_OPS and node.args and isinstance(node.args[0], Node):
+        node = node.args[0]
+    return node
 
 
 def _borrowed_piece(dist, inputs: list, status: list, ranks: list[int]):
@@ -230,6 +244,7 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     op = node.op.split(".")[-1]
     if op in EMPTY_OPS:
         return "broken-dataflow", f"this buffer is read but never written; use the collective's result instead{where}"
+    pieces = any(rel is not None and rel.kind == "piece" for rel in input_rels)  # shares of a sum
     if is_collective(node):
         reduce_op = node.args[1] if len(node.args) > 2 and isinstance(node.args[1], str) else None
         first = input_rels[0] if input_rels else None
@@ -244,13 +259,12 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
                                         f"sum: all_gather the pieces instead of summing them{where}")
         if reduce_op and reduce_op != "sum" and partial_in:
             return "wrong-reduce-op", f"partial sums must be combined with reduce op 'sum', not '{reduce_op}'{where}"
-        if op.startswith("all_gather") and partial_in:
+        if op.startswith("all_gather") and (partial_in or pieces):
             return ("wrong-collective", f"this {op} gathers partial sums, which must be summed: use all_reduce(sum) "
                                         f"(or reduce_scatter) instead{where}")
         if op in DIM_COLLECTIVES:
             return "wrong-dim", f"the shards are gathered/scattered along a dim that does not match their sharding{where}"
         return "wrong-collective", f"this collective does not produce the single-device value{where}"
-    pieces = any(rel is not None and rel.kind == "piece" for rel in input_rels)
     if pieces and op in ("div", "mul") and len(list(node.inputs)) == 1:
         return ("scaling-mismatch",
                 f"a share of a sum (one micro-batch's or one rank's) is rescaled on its own, so the shares no longer "
@@ -260,7 +274,7 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
                 f"a piece of a sum (one micro-batch's or one rank's share) is divided by a count of its own: divide "
                 f"every piece by the global count (all micro-batches, all data-parallel ranks) so the pieces add up "
                 f"to the whole{where}")
-    if partial_in:
+    if partial_in or (pieces and node.op in LINEAR_OPS):  # a share of a sum (over a sub-group too) taken whole
         if node.op in LINEAR_OPS:
             return ("partial-sum-never-reduced",
                     f"insert all_reduce(sum) over the group on the partial-sum operand before this {op}{where}"
@@ -278,8 +292,13 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     if node.op in SCATTERING_OPS:
         return ("wrong-shard-offset", f"this {op} writes a piece on {on_ranks} at the wrong offset (or the wrong "
                                       f"piece): each piece must land where the single-device program has it{where}")
+    if misread is not None and not misread[3]:
+        operand, holds, belongs, _ = misread
+        return ("wrong-operand", f"on {on_ranks}, operand {operand} of this {op} holds single-device {holds} where "
+                                 f"{belongs} belongs: the op reads the wrong tensor (a gradient or branch "
+                                 f"taken twice, outputs returned in the wrong order){where}")
     if misread is not None:
-        operand, holds, belongs = misread
+        operand, holds, belongs, _ = misread
         return ("wrong-shard-offset", f"on {on_ranks}, operand {operand} of this {op} holds single-device {holds} "
                                       f"where {belongs} belongs: check which section/shard of the (fused) tensor is "
                                       f"passed here{where}")

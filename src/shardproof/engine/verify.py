@@ -680,7 +680,8 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
                 if not _rescales(n, rel, input_rels) or _seq_does(seq, run.seq, n, [status[r].get(x) for x in n.inputs]):
                     continue
                 rescalings.append((r, n.name))
-            recovers = any(d.name in names for d in _reach([n], lambda m: users[m]) if d is not n)
+            recovers = any(d.name in names for d in _reach([n], lambda m: _dataflow_users(users, status[r], m))
+                           if d is not n)
             key = n.name
             if key in found:
                 found[key][1].append(r)
@@ -716,6 +717,12 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     if overlapping is not None:
         return Localized(*overlapping[:2], status, n, overlapping[2], recovers)
     return Localized(n, ranks, status, n, recovers=recovers)
+
+
+def _dataflow_users(users: dict, status: dict, node: Node) -> list:
+    """The users of `node` whose values depend on its value: a constant made from it (a
+    ``ones_like`` seeding the backward) takes only its shape, so no dataflow passes there."""
+    return [u for u in users[node] if status.get(u) is None or status[u].kind != "const"]
 
 
 def _related_wrongly(dist: DistributedProgram, status: list, broken: list[str]):
