@@ -153,7 +153,8 @@ def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list
 
 SECTIONING_OPS = SLICING_OPS | {"getitem", "aten.split", "aten.split_with_sizes", "aten.chunk", "aten.unbind",
                                 "aten.view", "aten.reshape", "aten._unsafe_view", "aten.transpose", "aten.permute",
-                                "aten.t", "aten.clone", "aten.contiguous"}
+                                "aten.t", "aten.clone", "aten.contiguous", "aten.expand", "aten.unsqueeze",
+                                "aten.squeeze", "aten.alias", "aten.detach"}
 
 
 def _section_root(node: Node) -> Node:
