@@ -19,7 +19,7 @@ from shardproof.report.terminal import render  # noqa: E402
 
 TRAIN = os.path.join(ZOO, "train")
 SLOW = {"gpt2_block_train", "llama_block_train", "gpt2_block_zero"}  # several seconds of capture per mesh
-FAST_LLAMA_BUGS = {"verdict01_missing_allreduce", "verdict10_multiref_backward"}  # the rest of VERDICT's are slow
+FAST_VERDICT_BUGS = {"verdict01_missing_allreduce", "verdict04_allgather_as_allreduce", "verdict10_multiref_backward"}
 
 
 def _modules(folder):
@@ -62,7 +62,7 @@ def _bugs():
     out = []
     for name in _modules(os.path.join(TRAIN, "bugs")):
         module = importlib.import_module(name)
-        slow = name.startswith("verdict") and name not in FAST_LLAMA_BUGS  # a Llama step at dp2 x tp2
+        slow = name.startswith("verdict") and name not in FAST_VERDICT_BUGS  # Llama steps at dp2 x tp2: ~10 s
         out.append(pytest.param(module, id=name, marks=(pytest.mark.slow,) if slow else ()))
     return out
 

@@ -382,7 +382,7 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     compares it with its single-device counterpart; when there is none to compare with (the
     node consumed a dim its operand holds only part of: it is a piece of a reduction, as in
     gradient accumulation), the counterexample is taken at the first differing of `outputs`."""
-    from .verify import summarize
+    from .verify import in_order, reorders, summarize
     r = ranks[0]
     producer = node.args[0] if node.op == "getitem" and node.args and isinstance(node.args[0], Node) else node
     inputs = [x for x in producer.inputs if x in status[r]]
@@ -445,7 +445,18 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                                           + (f" at {node.source}" if node.source else ""))
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
                           for x, rel in zip(inputs, input_rels))
-    own = status[r].get(node)
+    if own is not None and reorders(node, own, status[r]):  # held, but its elements out of order
+        dim, positions = next((d, p) for d, p in enumerate(own.positions) if not in_order([p]))
+        where = f" at {node.source}" if node.source else ""
+        held_text = (f"single-device {own.seq_node.name}'s elements out of order along dim {dim} "
+                     f"({[int(p) for p in positions]})")
+        return Finding("wrong-operand", ranks, node.name, node.op, _src(node), expected_text, held_text,
+                       f"{producer.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} holds "
+                       f"{held_text}; its inputs: {rels_text}"
+                       + (f"; output {output} differs as a result" if output else ""),
+                       f"this {node.op.split('.')[-1]} puts its operands in the wrong order (outputs returned "
+                       f"swapped, halves crossed): each piece must land where the single-device program has it"
+                       f"{where}", cex, counterpart=own.seq_node.name)
     if own is not None and own.partial == "sum":  # related, but only as a partial sum (a missing reduction)
         where = f" at {node.source}" if node.source else ""
         held_text = f"{own.describe()} of single-device {own.seq_node.name}"

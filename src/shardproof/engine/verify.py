@@ -655,22 +655,26 @@ def _seq_does(seq: Graph, seq_env: dict, node: Node, input_rels: list) -> bool:
 def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, broken: list[str]):
     """The first distributed tensors (with their ranks) whose relation breaks."""
     status = _status(run, relater, dist)
-    found: dict[str, tuple[Node, list[int], bool, int]] = {}
+    found: dict[str, tuple[Node, list[int], bool, tuple[int, int]]] = {}  # name -> (node, ranks, recovers, (epoch, i))
     # a tensor every rank relates exactly to the single-device program (not a constant: one
-    # rank's offset may be 0): where a legitimate rank-local intermediate's dataflow relates again
+    # rank's offset may be 0; its elements in order): where a legitimate rank-local
+    # intermediate's dataflow relates again
     names = set.intersection(*({n.name for n, rel in st.items()
-                                if rel is not None and rel.kind not in ("const", "local", "scaled", "piece")}
-                               for st in status))
+                                if rel is not None and rel.kind not in ("const", "local", "scaled", "piece")
+                                and in_order(rel.positions)} for st in status))
     rescalings = []
     for r, g in enumerate(dist.graphs):
         users = g.users()
         targets = [g.outputs[o] for o in broken if o in g.outputs]
         ancestors = _reach(targets, lambda n: list(n.inputs))
+        epoch = 0  # collectives so far: the k-th synchronizes the ranks, so order across ranks by it first
         for i, n in enumerate(g.nodes):
+            epoch += _collective(n)
             rel = status[r].get(n)
             if n not in status[r] or n not in ancestors:
                 continue
-            if rel is not None and rel.exact and not (rel.kind == "piece" and _collective(n)):
+            if rel is not None and rel.exact and not (rel.kind == "piece" and _collective(n)) \
+                    and not reorders(n, rel, status[r]):
                 continue  # related; a collective that leaves a mere share of a reduction is suspect
             input_rels = [status[r].get(x) for x in n.inputs if x in status[r]]
             if not all(x is not None for x in input_rels):
@@ -686,7 +690,7 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
             if key in found:
                 found[key][1].append(r)
             else:
-                found[key] = (n, [r], recovers, i)
+                found[key] = (n, [r], recovers, (epoch, i))
     for r, m in rescalings:  # a multiple re-scaled wrongly later: blame the re-scaling, not where it began
         g = dist.graphs[r]
         users = g.users()
@@ -717,6 +721,24 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     if overlapping is not None:
         return Localized(*overlapping[:2], status, n, overlapping[2], recovers)
     return Localized(n, ranks, status, n, recovers=recovers)
+
+
+def in_order(positions) -> bool:
+    """Whether no dim holds distinct elements out of order (repeats -- an expand, a tile -- are
+    not a reordering)."""
+    return positions is None or all(p is None or bool(np.all(np.diff(p) >= 0)) or len(np.unique(p)) < len(p)
+                                    for p in positions)
+
+
+def reorders(node: Node, rel: Related, status: dict) -> bool:
+    """Whether `node` holds single-device elements out of their order along a dim while its
+    inputs hold theirs in order: a legitimate layout keeps pieces in order, so the op that
+    reorders (halves swapped, outputs crossed) is suspect -- it is where a violation shows
+    first when the reordered value is consumed as if it were in order."""
+    if rel.kind != "held" or in_order(rel.positions):
+        return False
+    return all(status.get(x) is None or status[x].kind != "held" or in_order(status[x].positions)
+               for x in node.inputs)
 
 
 def _dataflow_users(users: dict, status: dict, node: Node) -> list:

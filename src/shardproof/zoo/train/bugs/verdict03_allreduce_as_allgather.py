@@ -32,5 +32,6 @@ class AllGatherForAllReduce(TrainParallelLlamaBlock):
 def case(world_size: int = 4):
     return llama_case(world_size, dp=2, model=AllGatherForAllReduce, name="verdict03_allreduce_as_allgather",
                       meta={"source": "VERDICT repro 3: all_reduce replaced by all_gather",
-                            "bug_op": "_c10d_functional.all_gather_into_tensor", "bug_ranks": "all", "bug": "wrong-collective",
+                            "bug_op": "_c10d_functional.all_gather_into_tensor",
+                            "bug_ranks": "all", "bug": "wrong-collective",
                             "bug_node": "all_gather_into_tensor", "bug_source": "mini_megatron.py"})

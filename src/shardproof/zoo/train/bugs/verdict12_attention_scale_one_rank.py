@@ -16,5 +16,6 @@ class OneRankScale(TrainParallelLlamaBlock):
 def case(world_size: int = 4):
     return llama_case(world_size, dp=2, model=OneRankScale, name="verdict12_attention_scale_one_rank",
                       meta={"source": "VERDICT repro 12: inconsistent attention scaling on one TP rank",
-                            "bug_op": "aten._scaled_dot_product_flash_attention_for_cpu", "bug_ranks": [0], "bug": "rank-specific-mismatch",
+                            "bug_op": "aten._scaled_dot_product_flash_attention_for_cpu",
+                            "bug_ranks": [0], "bug": "rank-specific-mismatch",
                             "bug_node": "_scaled_dot_product_flash_attention_for_cpu", "bug_source": "llama_block.py"})

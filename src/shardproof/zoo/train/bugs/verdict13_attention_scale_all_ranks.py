@@ -15,5 +15,6 @@ class LocalHeadsScale(TrainParallelLlamaBlock):
 def case(world_size: int = 4):
     return llama_case(world_size, dp=2, model=LocalHeadsScale, name="verdict13_attention_scale_all_ranks",
                       meta={"source": "VERDICT repro 13: inconsistent attention scaling on every TP rank",
-                            "bug_op": "aten._scaled_dot_product_flash_attention_for_cpu", "bug_ranks": "all", "bug": "value-mismatch",
+                            "bug_op": "aten._scaled_dot_product_flash_attention_for_cpu",
+                            "bug_ranks": "all", "bug": "value-mismatch",
                             "bug_node": "_scaled_dot_product_flash_attention_for_cpu", "bug_source": "llama_block.py"})
