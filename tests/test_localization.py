@@ -1,7 +1,8 @@
 """Localization and bug classes on small programs: an op that reads another tensor in place
 of its operand (a branch taken twice) and an op that puts its operands in the wrong order
 (halves crossed) are wrong-operand findings at that op on the ranks that run it, however
-the wrong value is consumed later."""
+the wrong value is consumed later; a constant that differs from the single-device op's is
+named in the hint."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
@@ -83,3 +84,26 @@ def test_halves_crossed_is_a_wrong_operand_at_the_cat():
     f = _first_finding(case, 2)
     assert (f.kind, f.op, f.rank) == ("wrong-operand", "aten.cat", [1]), f
     assert "out of order" in f.message, f.message
+
+
+class ShiftedOnRank0(nn.Module):
+    def __init__(self, rank):
+        super().__init__()
+        self.shift = 2.0 if rank == 0 else 1e-5
+
+    def forward(self, x):
+        return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.shift)
+
+
+class Shifted(nn.Module):
+    def forward(self, x):
+        return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+
+
+def test_a_constant_differing_on_one_rank_is_named():
+    torch.manual_seed(0)
+    case = Case(single=Shifted(), distributed=lambda rank, world: ShiftedOnRank0(rank),
+                inputs={"x": torch.randn(4, HIDDEN)}, world_size=2)
+    f = _first_finding(case, 2)
+    assert (f.kind, f.op, f.rank) == ("rank-specific-mismatch", "aten.add", [0]), f
+    assert "argument 1 = 2.0 where the single-device op has 1e-05" in f.hint, f.hint

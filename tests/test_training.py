@@ -19,7 +19,7 @@ from shardproof.report.terminal import render  # noqa: E402
 
 TRAIN = os.path.join(ZOO, "train")
 SLOW = {"gpt2_block_train", "llama_block_train", "gpt2_block_zero"}  # several seconds of capture per mesh
-FAST_VERDICT_BUGS = {"verdict01_missing_allreduce", "verdict04_allgather_as_allreduce", "verdict10_multiref_backward"}
+FAST_VERDICT_BUGS = {"verdict01_missing_allreduce", "verdict04_allgather_as_allreduce"}
 
 
 def _modules(folder):

@@ -334,6 +334,20 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     return "value-mismatch", f"this {op} does not compute the single-device value from its (correct) inputs{where}"
 
 
+def _constants_differ(node: Node, counterpart: Node | None) -> str:
+    """The constant arguments in which `node` and the single-device op computing the same op
+    from the same inputs differ (an eps, an exponent, an attention scale), as text; else ''."""
+    if counterpart is None or counterpart.op != node.op:
+        return ""
+    args = [(f"argument {i}", a, b) for i, (a, b) in enumerate(zip(node.args, counterpart.args))
+            if not isinstance(a, Node) and not isinstance(b, Node) and a != b]
+    kwargs = [(k, node.kwargs.get(k), counterpart.kwargs.get(k))
+              for k in sorted(set(node.kwargs) | set(counterpart.kwargs))
+              if not isinstance(node.kwargs.get(k), Node) and node.kwargs.get(k) != counterpart.kwargs.get(k)]
+    return ", ".join(f"{name} = {a!r} where the single-device op has {'none (the default)' if b is None else repr(b)}"
+                     for name, a, b in args + kwargs)
+
+
 def _evidence(want: np.ndarray, got: np.ndarray, s_in: dict, rank: int, tensor: str, holder: str):
     """A counterexample (a window around the first differing element of two equal-shape
     values) and the ratio got/want when it is one constant other than 1; (None, None) when
@@ -387,7 +401,7 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     producer = node.args[0] if node.op == "getitem" and node.args and isinstance(node.args[0], Node) else node
     inputs = [x for x in producer.inputs if x in status[r]]
     input_rels = [status[r].get(x) for x in inputs]
-    counterpart = counterpart_of(seq, producer, input_rels, run.seq)
+    counterpart = same_op = counterpart_of(seq, producer, input_rels, run.seq)
     if counterpart is not None and producer is not node and isinstance(counterpart.type, tuple):
         index = node.args[1]  # the same output of the single-device op
         counterpart = next((s for s in seq.nodes if s.op == "getitem" and s.args[:1] == (counterpart,)
@@ -430,6 +444,10 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                            misread=_misread_operand(run, seq, producer, inputs, input_rels, r),
                            borrowed=_borrowed_piece(dist, inputs, status, ranks),
                            mixed_dim=_mixed_sharded_dim(counterpart, input_rels, s_env))
+    constants = _constants_differ(producer, same_op)
+    if constants and kind in ("value-mismatch", "rank-specific-mismatch"):
+        hint = (f"the constant arguments of this {producer.op.split('.')[-1]} differ from the single-device op's "
+                f"({constants}); " + hint)
     own = status[r].get(node)
     if own is not None and own.kind == "piece" and is_collective(node):
         group = node.args[-1] if node.args and isinstance(node.args[-1], tuple) else ()
