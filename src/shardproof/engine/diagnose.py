@@ -147,7 +147,22 @@ def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list
     if best is None:
         return None
     i = best[1][0]
-    return inputs[i].name, input_rels[i].seq_node.name, best[0][i].name
+    holds, belongs = input_rels[i].seq_node, best[0][i]
+    return inputs[i].name, holds.name, belongs.name, _section_root(holds) is _section_root(belongs)
+
+
+SECTIONING_OPS = SLICING_OPS | {"getitem", "aten.split", "aten.split_with_sizes", "aten.chunk", "aten.unbind",
+                                "aten.view", "aten.reshape", "aten._unsafe_view", "aten.transpose", "aten.permute",
+                                "aten.t", "aten.clone", "aten.contiguous", "aten.expand", "aten.unsqueeze",
+                                "aten.squeeze", "aten.alias", "aten.detach"}
+
+
+def _section_root(node: Node) -> Node:
+    """The tensor `node` is a section (slice, split part, view) of: two sections of one root
+    read in each other's place is a wrong offset into it; of two roots, a wrong operand."""
+    while node.op in SECTIONING_OPS and node.args and isinstance(node.args[0], Node):
+        node = node.args[0]
+    return node
 
 
 def _borrowed_piece(dist, inputs: list, status: list, ranks: list[int]):
@@ -230,6 +245,7 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     op = node.op.split(".")[-1]
     if op in EMPTY_OPS:
         return "broken-dataflow", f"this buffer is read but never written; use the collective's result instead{where}"
+    pieces = any(rel is not None and rel.kind == "piece" for rel in input_rels)  # shares of a sum
     if is_collective(node):
         reduce_op = node.args[1] if len(node.args) > 2 and isinstance(node.args[1], str) else None
         first = input_rels[0] if input_rels else None
@@ -244,13 +260,12 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
                                         f"sum: all_gather the pieces instead of summing them{where}")
         if reduce_op and reduce_op != "sum" and partial_in:
             return "wrong-reduce-op", f"partial sums must be combined with reduce op 'sum', not '{reduce_op}'{where}"
-        if op.startswith("all_gather") and partial_in:
+        if op.startswith("all_gather") and (partial_in or pieces):
             return ("wrong-collective", f"this {op} gathers partial sums, which must be summed: use all_reduce(sum) "
                                         f"(or reduce_scatter) instead{where}")
         if op in DIM_COLLECTIVES:
             return "wrong-dim", f"the shards are gathered/scattered along a dim that does not match their sharding{where}"
         return "wrong-collective", f"this collective does not produce the single-device value{where}"
-    pieces = any(rel is not None and rel.kind == "piece" for rel in input_rels)
     if pieces and op in ("div", "mul") and len(list(node.inputs)) == 1:
         return ("scaling-mismatch",
                 f"a share of a sum (one micro-batch's or one rank's) is rescaled on its own, so the shares no longer "
@@ -260,7 +275,7 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
                 f"a piece of a sum (one micro-batch's or one rank's share) is divided by a count of its own: divide "
                 f"every piece by the global count (all micro-batches, all data-parallel ranks) so the pieces add up "
                 f"to the whole{where}")
-    if partial_in:
+    if partial_in or (pieces and node.op in LINEAR_OPS):  # a share of a sum (over a sub-group too) taken whole
         if node.op in LINEAR_OPS:
             return ("partial-sum-never-reduced",
                     f"insert all_reduce(sum) over the group on the partial-sum operand before this {op}{where}"
@@ -278,8 +293,13 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     if node.op in SCATTERING_OPS:
         return ("wrong-shard-offset", f"this {op} writes a piece on {on_ranks} at the wrong offset (or the wrong "
                                       f"piece): each piece must land where the single-device program has it{where}")
+    if misread is not None and not misread[3]:
+        operand, holds, belongs, _ = misread
+        return ("wrong-operand", f"on {on_ranks}, operand {operand} of this {op} holds single-device {holds} where "
+                                 f"{belongs} belongs: the op reads the wrong tensor (a gradient or branch "
+                                 f"taken twice, outputs returned in the wrong order){where}")
     if misread is not None:
-        operand, holds, belongs = misread
+        operand, holds, belongs, _ = misread
         return ("wrong-shard-offset", f"on {on_ranks}, operand {operand} of this {op} holds single-device {holds} "
                                       f"where {belongs} belongs: check which section/shard of the (fused) tensor is "
                                       f"passed here{where}")
@@ -312,6 +332,20 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     if ratio is not None:
         return ("scaling-mismatch", f"{ratio_of} is {ratio:g}x the single-device value: check the scale factor{where}")
     return "value-mismatch", f"this {op} does not compute the single-device value from its (correct) inputs{where}"
+
+
+def _constants_differ(node: Node, counterpart: Node | None) -> str:
+    """The constant arguments in which `node` and the single-device op computing the same op
+    from the same inputs differ (an eps, an exponent, an attention scale), as text; else ''."""
+    if counterpart is None or counterpart.op != node.op:
+        return ""
+    args = [(f"argument {i}", a, b) for i, (a, b) in enumerate(zip(node.args, counterpart.args))
+            if not isinstance(a, Node) and not isinstance(b, Node) and a != b]
+    kwargs = [(k, node.kwargs.get(k), counterpart.kwargs.get(k))
+              for k in sorted(set(node.kwargs) | set(counterpart.kwargs))
+              if not isinstance(node.kwargs.get(k), Node) and node.kwargs.get(k) != counterpart.kwargs.get(k)]
+    return ", ".join(f"{name} = {a!r} where the single-device op has {'none (the default)' if b is None else repr(b)}"
+                     for name, a, b in args + kwargs)
 
 
 def _evidence(want: np.ndarray, got: np.ndarray, s_in: dict, rank: int, tensor: str, holder: str):
@@ -362,12 +396,12 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     compares it with its single-device counterpart; when there is none to compare with (the
     node consumed a dim its operand holds only part of: it is a piece of a reduction, as in
     gradient accumulation), the counterexample is taken at the first differing of `outputs`."""
-    from .verify import summarize
+    from .verify import in_order, reorders, summarize
     r = ranks[0]
     producer = node.args[0] if node.op == "getitem" and node.args and isinstance(node.args[0], Node) else node
     inputs = [x for x in producer.inputs if x in status[r]]
     input_rels = [status[r].get(x) for x in inputs]
-    counterpart = counterpart_of(seq, producer, input_rels, run.seq)
+    counterpart = same_op = counterpart_of(seq, producer, input_rels, run.seq)
     if counterpart is not None and producer is not node and isinstance(counterpart.type, tuple):
         index = node.args[1]  # the same output of the single-device op
         counterpart = next((s for s in seq.nodes if s.op == "getitem" and s.args[:1] == (counterpart,)
@@ -410,6 +444,10 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                            misread=_misread_operand(run, seq, producer, inputs, input_rels, r),
                            borrowed=_borrowed_piece(dist, inputs, status, ranks),
                            mixed_dim=_mixed_sharded_dim(counterpart, input_rels, s_env))
+    constants = _constants_differ(producer, same_op)
+    if constants and kind in ("value-mismatch", "rank-specific-mismatch"):
+        hint = (f"the constant arguments of this {producer.op.split('.')[-1]} differ from the single-device op's "
+                f"({constants}); " + hint)
     own = status[r].get(node)
     if own is not None and own.kind == "piece" and is_collective(node):
         group = node.args[-1] if node.args and isinstance(node.args[-1], tuple) else ()
@@ -425,7 +463,18 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                                           + (f" at {node.source}" if node.source else ""))
     rels_text = ", ".join(f"{x.name}: " + ("unrelated" if rel is None else f"{rel.describe()} of {rel.seq_node.name}")
                           for x, rel in zip(inputs, input_rels))
-    own = status[r].get(node)
+    if own is not None and reorders(node, own, status[r]):  # held, but its elements out of order
+        dim, positions = next((d, p) for d, p in enumerate(own.positions) if not in_order([p]))
+        where = f" at {node.source}" if node.source else ""
+        held_text = (f"single-device {own.seq_node.name}'s elements out of order along dim {dim} "
+                     f"({[int(p) for p in positions]})")
+        return Finding("wrong-operand", ranks, node.name, node.op, _src(node), expected_text, held_text,
+                       f"{producer.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} holds "
+                       f"{held_text}; its inputs: {rels_text}"
+                       + (f"; output {output} differs as a result" if output else ""),
+                       f"this {node.op.split('.')[-1]} puts its operands in the wrong order (outputs returned "
+                       f"swapped, halves crossed): each piece must land where the single-device program has it"
+                       f"{where}", cex, counterpart=own.seq_node.name)
     if own is not None and own.partial == "sum":  # related, but only as a partial sum (a missing reduction)
         where = f" at {node.source}" if node.source else ""
         held_text = f"{own.describe()} of single-device {own.seq_node.name}"

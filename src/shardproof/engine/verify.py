@@ -686,22 +686,26 @@ def _seq_does(seq: Graph, seq_env: dict, node: Node, input_rels: list) -> bool:
 def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, broken: list[str]):
     """The first distributed tensors (with their ranks) whose relation breaks."""
     status = _status(run, relater, dist)
-    found: dict[str, tuple[Node, list[int], bool, int]] = {}
+    found: dict[str, tuple[Node, list[int], bool, tuple[int, int]]] = {}  # name -> (node, ranks, recovers, (epoch, i))
     # a tensor every rank relates exactly to the single-device program (not a constant: one
-    # rank's offset may be 0): where a legitimate rank-local intermediate's dataflow relates again
+    # rank's offset may be 0; its elements in order): where a legitimate rank-local
+    # intermediate's dataflow relates again
     names = set.intersection(*({n.name for n, rel in st.items()
-                                if rel is not None and rel.kind not in ("const", "local", "scaled", "piece", "packed")}
-                               for st in status))
+                                if rel is not None and rel.kind not in ("const", "local", "scaled", "piece", "packed")
+                                and in_order(rel.positions)} for st in status))
     rescalings = []
     for r, g in enumerate(dist.graphs):
         users = g.users()
         targets = [g.outputs[o] for o in broken if o in g.outputs]
         ancestors = _reach(targets, lambda n: list(n.inputs))
+        epoch = 0  # collectives so far: the k-th synchronizes the ranks, so order across ranks by it first
         for i, n in enumerate(g.nodes):
+            epoch += _collective(n)
             rel = status[r].get(n)
             if n not in status[r] or n not in ancestors:
                 continue
-            if rel is not None and rel.exact and not (rel.kind == "piece" and _collective(n)):
+            if rel is not None and rel.exact and not (rel.kind == "piece" and _collective(n)) \
+                    and not reorders(n, rel, status[r]):
                 continue  # related; a collective that leaves a mere share of a reduction is suspect
             input_rels = [status[r].get(x) for x in n.inputs if x in status[r]]
             if not all(x is not None for x in input_rels):
@@ -711,12 +715,13 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
                 if not _rescales(n, rel, input_rels) or _seq_does(seq, run.seq, n, [status[r].get(x) for x in n.inputs]):
                     continue
                 rescalings.append((r, n.name))
-            recovers = any(d.name in names for d in _reach([n], lambda m: users[m]) if d is not n)
+            recovers = any(d.name in names for d in _reach([n], lambda m: _dataflow_users(users, status[r], m))
+                           if d is not n)
             key = n.name
             if key in found:
                 found[key][1].append(r)
             else:
-                found[key] = (n, [r], recovers, i)
+                found[key] = (n, [r], recovers, (epoch, i))
     for r, m in rescalings:  # a multiple re-scaled wrongly later: blame the re-scaling, not where it began
         g = dist.graphs[r]
         users = g.users()
@@ -731,7 +736,7 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
         wrong = _related_wrongly(dist, status, broken)
         if wrong is not None:
             reordering = next(((f[0], f[1]) for f in sorted(found.values(), key=lambda f: f[3])
-                               if _reorders(f[0], dist.graphs[f[1][0]].users(), status[f[1][0]])), wrong)
+                               if _feeds_out_of_order(f[0], dist.graphs[f[1][0]].users(), status[f[1][0]])), wrong)
             return Localized(reordering[0], reordering[1], status, reordering[0], recovers=False)
     if not found:
         return None
@@ -751,7 +756,31 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     return Localized(n, ranks, status, n, recovers=recovers)
 
 
-def _reorders(node: Node, users: dict, status: dict) -> bool:
+def in_order(positions) -> bool:
+    """Whether no dim holds distinct elements out of order (repeats -- an expand, a tile -- are
+    not a reordering)."""
+    return positions is None or all(p is None or bool(np.all(np.diff(p) >= 0)) or len(np.unique(p)) < len(p)
+                                    for p in positions)
+
+
+def reorders(node: Node, rel: Related, status: dict) -> bool:
+    """Whether `node` holds single-device elements out of their order along a dim while its
+    inputs hold theirs in order: a legitimate layout keeps pieces in order, so the op that
+    reorders (halves swapped, outputs crossed) is suspect -- it is where a violation shows
+    first when the reordered value is consumed as if it were in order."""
+    if rel.kind != "held" or in_order(rel.positions):
+        return False
+    return all(status.get(x) is None or status[x].kind != "held" or in_order(status[x].positions)
+               for x in node.inputs)
+
+
+def _dataflow_users(users: dict, status: dict, node: Node) -> list:
+    """The users of `node` whose values depend on its value: a constant made from it (a
+    ``ones_like`` seeding the backward) takes only its shape, so no dataflow passes there."""
+    return [u for u in users[node] if status.get(u) is None or status[u].kind != "const"]
+
+
+def _feeds_out_of_order(node: Node, users: dict, status: dict) -> bool:
     """Whether the first related tensors `node` feeds (past unrelated ones) hold their
     single-device elements out of order: `node` scrambled a layout (a collective gathering
     along the wrong dim) that a later view made relate again, permuted."""
@@ -764,7 +793,7 @@ def _reorders(node: Node, users: dict, status: dict) -> bool:
         rel = status.get(m)
         if rel is None:
             stack.extend(users[m])
-        elif rel.kind == "held" and any(p is not None and (np.diff(p) < 0).any() for p in rel.positions):
+        elif rel.kind == "held" and not in_order(rel.positions):
             return True
     return False
 

@@ -148,15 +148,28 @@ class ParallelLlamaBlock(TensorParallel):
         s = x.shape[-2]
         return apply_rope(x, self.rope_cos[:s], self.rope_sin[:s])
 
+    def enter_attention(self, x):
+        """Where the fused q/k/v projections read the replicated input (Megatron's f)."""
+        return self.enter_tp(x)
+
+    def attention_scale(self):
+        """The softmax scale of the attention scores (None: 1/sqrt(head_dim), as sdpa's default)."""
+        return None
+
+    def fan_out(self, h):
+        """The residual stream read twice, by the residual add and by the norm (nnScaler's multiref)."""
+        return h, h
+
     def attention(self, x):
         b, s, _ = x.shape
-        x = self.enter_tp(x)
+        x = self.enter_attention(x)
         q = self.wq(x).view(b, s, self.local_heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
         q, k = self.rope(q), self.rope(k)
         n_rep = self.local_heads // self.local_kv_heads
-        o = F.scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), is_causal=True)
+        o = F.scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), is_causal=True,
+                                           scale=self.attention_scale())
         return self.reduce_tp(self.wo(o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim)))
 
     def mlp(self, x):
@@ -165,7 +178,8 @@ class ParallelLlamaBlock(TensorParallel):
 
     def forward(self, x):
         h = x + self.attention(self.attention_norm(x))
-        return h + self.mlp(self.ffn_norm(h))
+        residual, h = self.fan_out(h)
+        return residual + self.mlp(self.ffn_norm(h))
 
 
 def case(world_size: int = 2) -> Case:
