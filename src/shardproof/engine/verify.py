@@ -512,6 +512,8 @@ def _relation_holding(terms, relater, snode, sval, dvals, exp, world) -> Optiona
         per_rank.append(pos)
     shape = tuple(terms.shape(sval.t)[d] if sval.vecs[d] is None else len(sval.vecs[d]) for d in range(len(sval.vecs)))
     if exp is None:
+        if not all(in_order(pos) for pos in per_rank):
+            return None  # every element is there, but permuted: no layout a user means unless stated
         covered = np.zeros(shape, dtype=bool) if np.prod(shape) <= 1 << 24 else None
         if covered is not None:
             for pos in per_rank:
