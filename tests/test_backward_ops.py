@@ -370,3 +370,47 @@ def test_slice_backward_of_a_row_shard_stays_that_rows_shard():
                  inputs={"g": torch.randn(6, 2)}, dist_inputs=lambda r, w, i: {"g": i["g"].chunk(w, 0)[r]},
                  expect={"out": "Shard(0)"})
     assert verify(wrong).status == "violation"
+
+
+# ---------------------------------------------------------------- GQA backward of a fused QKV projection
+
+def _fused_gqa_grads(qkv, g, heads, kv_heads, d):
+    """The gradient of a fused [q | k | v] projection's output through GQA attention
+    (k/v heads expanded to the query heads, as repeat_kv does)."""
+    b, s = qkv.shape[:2]
+    qkv = qkv.detach().requires_grad_(True)
+    q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+    q, k, v = (t.reshape(b, s, -1, d).transpose(1, 2) for t in (q, k, v))
+    rep = heads // kv_heads
+    k, v = (t[:, :, None].expand(b, kv_heads, rep, s, d).reshape(b, heads, s, d) for t in (k, v))
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return torch.autograd.grad(o, qkv, g.transpose(1, 2).reshape(o.transpose(1, 2).shape).transpose(1, 2))[0]
+
+
+def _gqa_grad_case(kv_shift=0, world=2, heads=4, kv_heads=2, d=2):
+    """Each rank re-fuses its q heads and whole KV heads; `kv_shift` makes a rank take its
+    neighbour's k/v sections (a wrong twin)."""
+    def single(qkv, g):
+        return _fused_gqa_grads(qkv, g, heads, kv_heads, d)
+
+    def local(qkv, g):
+        r, n = dist.get_rank(), dist.get_world_size()
+        q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+        kr = (r + kv_shift) % n
+        mine = torch.cat([q.chunk(n, -1)[r], k.chunk(n, -1)[kr], v.chunk(n, -1)[kr]], -1)
+        return _fused_gqa_grads(mine, g.chunk(n, 1)[r], heads // n, kv_heads // n, d)
+    inputs = {"qkv": torch.randn(2, 3, (heads + 2 * kv_heads) * d), "g": torch.randn(2, heads, 3, d)}
+    sizes = [heads * d, kv_heads * d, kv_heads * d]
+    return Case(single=Fn(single), distributed=lambda r, w: Fn(local), inputs=inputs, world_size=world,
+                expect={"out": f"Interleaved(2, {sizes})"})
+
+
+def test_gqa_fused_projection_gradient_is_the_ranks_sections():
+    """Each copy of an expanded KV head has its own gradient (summed by repeat_kv's
+    backward), and the re-fused [q | k | v] gradient relates section by section."""
+    report = verify(_gqa_grad_case())
+    assert report.status == "verified", report.reason
+
+
+def test_gqa_fused_projection_gradient_from_the_wrong_kv_sections_is_a_violation():
+    assert verify(_gqa_grad_case(kv_shift=1)).status == "violation"

@@ -887,8 +887,9 @@ def _sdpa_backward_rule(ctx: RuleCtx, g: Val, q: Val, k: Val, v: Val, out: Val, 
         found.append(tuple(f[0] for f in pairings) + tuple(offsets))
     attrs = (freeze(dropout_p), bool(is_causal), freeze(scale), tuple(found))
     children = (g.t, q.t, k.t, v.t, out.t, lse.t)
-    if q.t == k.t == v.t and _disjoint_heads(terms, q, k, v):
+    if q.t == k.t == v.t and not any(repeated) and _disjoint_heads(terms, q, k, v):
         # q, k, v cut from one fused projection: one gradient of it, each cut where its operand was
+        # (not when k/v are expanded to q's heads: each copy's gradient is its own, summed later)
         fused = terms.make("sdpa_backward", attrs + ("fused",), children, terms.shape(q.t))
         return tuple(Val(fused, x.vecs) for x in (q, k, v))
     def grad(i, x, per_copy):
