@@ -18,7 +18,7 @@ from shardproof import SGD, Train  # noqa: E402
 from shardproof.report.terminal import render  # noqa: E402
 
 TRAIN = os.path.join(ZOO, "train")
-SLOW = {"gpt2_block_train", "llama_block_train", "gpt2_block_zero"}  # several seconds of capture per mesh
+SLOW = {"gpt2_block_train", "llama_block_train", "gpt2_block_zero", "dtensor_llama_block_train"}  # several seconds of capture per mesh
 
 
 def _modules(folder):
