@@ -370,3 +370,132 @@ def test_slice_backward_of_a_row_shard_stays_that_rows_shard():
                  inputs={"g": torch.randn(6, 2)}, dist_inputs=lambda r, w, i: {"g": i["g"].chunk(w, 0)[r]},
                  expect={"out": "Shard(0)"})
     assert verify(wrong).status == "violation"
+
+
+# ---------------------------------------------------------------- GQA backward of a fused QKV projection
+
+def _fused_gqa_grads(qkv, g, heads, kv_heads, d):
+    """The gradient of a fused [q | k | v] projection's output through GQA attention
+    (k/v heads expanded to the query heads, as repeat_kv does)."""
+    b, s = qkv.shape[:2]
+    qkv = qkv.detach().requires_grad_(True)
+    q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+    q, k, v = (t.reshape(b, s, -1, d).transpose(1, 2) for t in (q, k, v))
+    rep = heads // kv_heads
+    k, v = (t[:, :, None].expand(b, kv_heads, rep, s, d).reshape(b, heads, s, d) for t in (k, v))
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return torch.autograd.grad(o, qkv, g.transpose(1, 2).reshape(o.transpose(1, 2).shape).transpose(1, 2))[0]
+
+
+def _gqa_grad_case(kv_shift=0, world=2, heads=4, kv_heads=2, d=2):
+    """Each rank re-fuses its q heads and whole KV heads; `kv_shift` makes a rank take its
+    neighbour's k/v sections (a wrong twin)."""
+    def single(qkv, g):
+        return _fused_gqa_grads(qkv, g, heads, kv_heads, d)
+
+    def local(qkv, g):
+        r, n = dist.get_rank(), dist.get_world_size()
+        q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+        kr = (r + kv_shift) % n
+        mine = torch.cat([q.chunk(n, -1)[r], k.chunk(n, -1)[kr], v.chunk(n, -1)[kr]], -1)
+        return _fused_gqa_grads(mine, g.chunk(n, 1)[r], heads // n, kv_heads // n, d)
+    inputs = {"qkv": torch.randn(2, 3, (heads + 2 * kv_heads) * d), "g": torch.randn(2, heads, 3, d)}
+    sizes = [heads * d, kv_heads * d, kv_heads * d]
+    return Case(single=Fn(single), distributed=lambda r, w: Fn(local), inputs=inputs, world_size=world,
+                expect={"out": f"Interleaved(2, {sizes})"})
+
+
+def test_gqa_fused_projection_gradient_is_the_ranks_sections():
+    """Each copy of an expanded KV head has its own gradient (summed by repeat_kv's
+    backward), and the re-fused [q | k | v] gradient relates section by section."""
+    report = verify(_gqa_grad_case())
+    assert report.status == "verified", report.reason
+
+
+def test_gqa_fused_projection_gradient_from_the_wrong_kv_sections_is_a_violation():
+    assert verify(_gqa_grad_case(kv_shift=1)).status == "violation"
+
+
+# ---------------------------------------------------------------- cross-entropy written out (vocab-parallel)
+
+def _vocab_softmax(x, wrong_sum=False):
+    """Megatron's softmax over the vocabulary columns a rank holds: the row max and the
+    denominator all-reduced over the ranks (`wrong_sum`: the local denominator only)."""
+    m = x.max(-1, keepdim=True).values
+    dist.all_reduce(m, op=dist.ReduceOp.MAX)
+    e = torch.exp(x - m)
+    s = e.sum(-1, keepdim=True)
+    if not wrong_sum:
+        dist.all_reduce(s)
+    return e / s
+
+
+def _vocab_columns(rank, world, inputs):
+    return {**inputs, "x": inputs["x"].chunk(world, 1)[rank]}
+
+
+def _softmax_case(wrong_sum=False):
+    return Case(single=Fn(lambda x: torch.log_softmax(x, -1).exp()),
+                distributed=lambda r, w: Fn(lambda x: _vocab_softmax(x, wrong_sum)),
+                inputs={"x": torch.randn(5, 12)}, world_size=2, dist_inputs=_vocab_columns, expect={"out": "Shard(1)"})
+
+
+def test_softmax_written_out_over_vocab_columns_is_exp_of_log_softmax():
+    assert verify(_softmax_case()).status == "verified"
+
+
+def test_softmax_over_the_local_columns_only_is_a_violation():
+    assert verify(_softmax_case(wrong_sum=True)).status == "violation"
+
+
+def _ce_grad_case(sign=-1.0):
+    """F.cross_entropy's logit gradient (log_softmax backward of the pick's gradient) against
+    Megatron's: softmax minus one at the target the rank owns, times the incoming gradient
+    (`sign` +1: plus one, a wrong twin)."""
+    def single(x, t, c):
+        logp = A._log_softmax(x, 1, False)
+        g = A.nll_loss_backward(c, logp, t, None, 0, -100, torch.tensor(1.0))
+        return A._log_softmax_backward_data(g, logp, 1, torch.float32)
+
+    def local(x, t, c):
+        rank, n = dist.get_rank(), dist.get_world_size()
+        lo, hi = rank * x.shape[1], (rank + 1) * x.shape[1]
+        mask = (t < lo) | (t >= hi)
+        idx = t - lo
+        idx[mask] = 0
+        grad = _vocab_softmax(x).clone()
+        rows = torch.arange(x.shape[0])
+        grad[rows, idx] += sign * (1.0 - mask.float())
+        return grad * c.unsqueeze(-1)
+    inputs = {"x": torch.randn(5, 12), "t": torch.randint(0, 12, (5,)), "c": torch.randn(5)}
+    return Case(single=Fn(single), distributed=lambda r, w: Fn(local), inputs=inputs, world_size=2,
+                dist_inputs=_vocab_columns, expect={"out": "Shard(1)"})
+
+
+def test_cross_entropy_gradient_as_softmax_minus_onehot_over_vocab_columns():
+    report = verify(_ce_grad_case())
+    assert report.status == "verified", report.reason
+
+
+def test_cross_entropy_gradient_with_plus_onehot_is_a_violation():
+    assert verify(_ce_grad_case(sign=1.0)).status == "violation"
+
+
+def _split_view_sum_case(rows=3):
+    """A batch flattened to (batch*seq, h) summed over tokens, against each rank summing its
+    batch rows of the (batch, seq, h) view (`rows` < seq: part of each sequence, a wrong twin)."""
+    def local(x):
+        piece = x.view(4, 3, 5).chunk(dist.get_world_size(), 0)[dist.get_rank()][:, :rows]
+        s = piece.sum((0, 1))
+        dist.all_reduce(s)
+        return s
+    return Case(single=Fn(lambda x: x.sum(0)), distributed=lambda r, w: Fn(local), inputs={"x": torch.randn(12, 5)},
+                world_size=2, expect={"out": "Replicate()"})
+
+
+def test_sum_over_a_split_view_is_the_sum_over_the_dim_it_split():
+    assert verify(_split_view_sum_case()).status == "verified"
+
+
+def test_sum_over_part_of_a_split_dim_is_a_violation():
+    assert verify(_split_view_sum_case(rows=2)).status == "violation"

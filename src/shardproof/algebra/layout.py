@@ -467,6 +467,51 @@ def _settled(terms: TermStore, val: Val) -> Val:
     return at_positions(terms, val.t, _flat_positions(terms, val)) if _mapped(terms, val) else val
 
 
+def _selection_of_built_cat(terms: TermStore, vals: Sequence[Val], dim: int, keep: list) -> Val | None:
+    """``cat(x_1[s_1], ..., x_n[s_n])`` along `dim` is ``cat(y_1, ..., y_n)[s]`` where each
+    ``y_i`` is ``x_i`` or a selection of it along `dim` holding ``s_i``, `s` the positions of
+    the ``s_i`` in the ``y_i`` shifted by each piece's offset (exact). Taken when the other
+    program already built such a cat: a fused projection's gradient re-fused from its q, k
+    and v sections' gradients (cut from larger terms on one side, each rank's pieces of those
+    cuts on the other) is then a selection of one term in both programs."""
+    nd = len(vals[0].vecs)
+    if all(v.vecs[dim] is None for v in vals):
+        return None
+    wholes = [materialize(terms, v, [d for d in range(nd) if d not in keep and d != dim]) for v in vals]
+    for t, term in enumerate(terms.terms):
+        if term.op != "cat" or term.attrs != (dim,) or len(term.children) != len(wholes):
+            continue
+        joined, at = [], 0
+        for child, w in zip(term.children, wholes):
+            pos = _positions_in_piece(terms, child, w, dim)
+            if pos is None:
+                break
+            joined.append(pos + at)
+            at += terms.shape(child)[dim]
+        else:
+            vecs = [wholes[0].vecs[d] if d in keep else None for d in range(nd)]
+            vecs[dim] = canon_vec(np.concatenate(joined), at)
+            return Val(t, tuple(vecs))
+    return None
+
+
+def _positions_in_piece(terms: TermStore, child: int, w: Val, dim: int):
+    """Where `w`'s selection along `dim` lies in `child`: `w`'s own term, or a selection of
+    it along `dim` only (a gather) that holds all of it; None otherwise."""
+    size = terms.shape(w.t)[dim]
+    want = vec_array(w.vecs[dim], size)
+    if child == w.t:
+        return want
+    term = terms[child]
+    if term.op != "gather" or term.children != (w.t,) or any(k is not None for d, k in enumerate(term.attrs) if d != dim):
+        return None
+    sel = vec_array(None if term.attrs[dim] is None else np.frombuffer(term.attrs[dim], dtype=np.int64), size)
+    where = {int(p): i for i, p in enumerate(sel)}
+    if not all(int(p) in where for p in want):
+        return None
+    return np.array([where[int(p)] for p in want], dtype=np.int64)
+
+
 def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:
     """Concatenate along `dim`; pieces of one term merge into one layout."""
     first = vals[0]
@@ -496,6 +541,9 @@ def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:
             keep.append(d)
             extent[d] = (terms.shape(ref.t)[d], ref.vecs[d])
     vals = [_broadcast_to_selection(terms, v, extent) for v in vals]
+    picked = _selection_of_built_cat(terms, vals, dim, keep)
+    if picked is not None:
+        return picked
     parts = [materialize(terms, v, [d for d in range(nd) if d not in keep]) for v in vals]
     shapes = [terms.shape(p.t) for p in parts]
     shape = list(shapes[0])

@@ -74,6 +74,10 @@ def _zero_outside_range(terms: TermStore, attrs, children, shape):
             return None
         ids = terms[ids].children[0]
     env = first_match(terms, mask, through_views(OUTSIDE), {"ids": ids, "lo": lo, "hi": hi})
+    if env is None and terms[ids].op == "reshape" and terms[mask].op == "reshape" \
+            and terms.shape(terms[mask].children[0]) == terms.shape(terms[ids].children[0]):
+        # ids flattened before the lookup, the mask computed on them (so built before the same view)
+        env = match(terms, terms[mask].children[0], OUTSIDE, {"ids": terms[ids].children[0], "lo": lo, "hi": hi})
     if env is None:
         return None
     t = terms.make("range_lookup", inner.attrs, inner.children, inner.shape)
@@ -382,7 +386,9 @@ def _sum_of_merged_view(terms, attrs, children, shape):
         return None
     src = terms.shape(inner.children[0])
     groups = merged_groups(src, inner.shape)
-    if groups is None or any(sum(src[d] > 1 for d in groups[j]) > 1 for j in range(len(groups)) if j not in dims):
+    if groups is None:
+        return _sum_of_split_view(terms, attrs, inner, shape)
+    if any(sum(src[d] > 1 for d in groups[j]) > 1 for j in range(len(groups)) if j not in dims):
         return None
     reduced = tuple(sorted(d for j in dims for d in groups[j]))
     if not reduced:
@@ -390,6 +396,31 @@ def _sum_of_merged_view(terms, attrs, children, shape):
     kept = [src[d] for d in range(len(src)) if keepdim or d not in reduced]
     kept = [1 if d in reduced else s for d, s in zip(range(len(src)), src)] if keepdim else kept
     t = terms.make("sum", (reduced, keepdim, None, *extra), (inner.children[0],), kept)
+    return view_term(terms, "reshape", (tuple(shape),), t, shape)
+
+
+def _sum_of_split_view(terms, attrs, inner, shape):
+    """Summing a reshape that split dims, over whole split groups, is summing the dims it
+    split: ``sum(x.view(b, s, h), (0, 1)) = sum(x, 0)`` for x of shape (b*s, h) (a microbatch
+    of a flattened batch summed as the whole batch is), viewed as the result."""
+    dims, keepdim, over, *extra = attrs
+    dims = {d % len(inner.shape) for d in dims}
+    src = terms.shape(inner.children[0])
+    groups = merged_groups(inner.shape, src)  # the view's dims making up each source dim
+    if groups is None:
+        return None
+    reduced = []
+    for d, group in enumerate(groups):
+        real = [j for j in group if inner.shape[j] > 1]
+        if real and all(j in dims for j in real):
+            reduced.append(d)
+        elif any(j in dims for j in real):
+            return None  # a split dim summed only in part
+    if not reduced:
+        return None
+    kept = [1 if d in reduced else n for d, n in enumerate(src)] if keepdim else \
+        [n for d, n in enumerate(src) if d not in reduced]
+    t = terms.make("sum", (tuple(reduced), keepdim, None, *extra), (inner.children[0],), kept)
     return view_term(terms, "reshape", (tuple(shape),), t, shape)
 
 
@@ -441,6 +472,64 @@ def _log_softmax(terms, attrs, children, shape):
     from .layout import view_term
     kept = view_term(terms, "reshape", (tuple(shape[:-1]) + (1,),), lse, tuple(shape[:-1]) + (1,))
     return linear(terms, {x: Fraction(1), kept: Fraction(-1)}, shape)
+
+
+ELEMENTWISE_ATTRS = ("$", ())  # a one-operand elementwise term's attrs (exp, log), as compute.elementwise builds them
+
+
+def _kept(terms, t: int, shape) -> int:
+    return view_term(terms, "reshape", (tuple(shape),), t, shape) if terms.shape(t) != tuple(shape) else t
+
+
+@rewrite("div")
+def _softmax_by_hand(terms, attrs, children, shape):
+    """exp(a) / Σ_d exp(a) (the sum kept along d) = exp(x - lse_d(x)), x the part of `a`
+    that varies along d (a softmax written out, e.g. after subtracting the row max, is the
+    exponential of log_softmax: log Σ_d exp(x + c) = lse_d(x) + c for c constant along d)."""
+    if len(children) != 2 or attrs[:2] != ("$", "$") or dict(attrs[2]).get("rounding_mode") is not None:
+        return None
+    num, den = children
+    if terms[num].op != "exp" or terms[num].attrs != ELEMENTWISE_ATTRS:
+        return None
+    s = terms[den]
+    if s.op == "reshape":
+        s = terms[s.children[0]]
+    if s.op != "sum" or s.attrs[2] is not None or s.children != (num,):
+        return None
+    dims = tuple(d % len(shape) for d in s.attrs[0])
+    arg = terms[num].children[0]
+    full_shape = terms.shape(arg)
+    if full_shape != tuple(shape) or terms.shape(den) != tuple(1 if d in dims else n for d, n in enumerate(shape)):
+        return None
+    varying = {t: c for t, c in linear_parts(terms, arg).items() if not _constant_along(terms, t, full_shape, dims)}
+    if not varying:
+        return None
+    x = linear(terms, varying, full_shape)
+    reduced = tuple(n for d, n in enumerate(full_shape) if d not in dims)
+    lse = _kept(terms, terms.make("logsumexp", (dims, False), (x,), reduced), terms.shape(den))
+    return terms.make("exp", ELEMENTWISE_ATTRS, (linear(terms, {x: Fraction(1), lse: Fraction(-1)}, full_shape),), shape)
+
+
+@rewrite("log_softmax_backward")
+def _log_softmax_backward_of_a_pick(terms, attrs, children, shape):
+    """The gradient of picking one logit per row, c·onehot(t) (c constant along the row),
+    through log_softmax: g - exp(y)·Σ g = c·(onehot(t) - exp(y)), as the row of a one-hot
+    sums to one (t indexes the row: integer data inputs are valid indices, an assumption
+    every report states). Megatron's vocab-parallel cross-entropy backward (softmax minus
+    one at the target, times the incoming gradient) is this form."""
+    g, y = children
+    gt = terms[g]
+    if attrs != (0,) or gt.op != "mul" or len(gt.children) != 2:
+        return None
+    kinds = {terms[c].op: c for c in gt.children}
+    hot, c = kinds.get("onehot"), next((k for k in gt.children if terms[k].op != "onehot"), None)
+    if hot is None or c is None or terms.shape(hot) != tuple(shape) \
+            or not _constant_along(terms, c, shape, (len(shape) - 1,)):
+        return None
+    ey = terms.make("exp", ELEMENTWISE_ATTRS, (y,), shape)
+    # as -(c·(exp(y) - onehot)): the cross-entropy gradient (softmax minus one-hot) times c
+    pick_grad = terms.make("mul", gt.attrs, (c, linear(terms, {ey: Fraction(1), hot: Fraction(-1)}, shape)), shape)
+    return linear(terms, {pick_grad: Fraction(-1)}, shape)
 
 
 # ---------------------------------------------------------------- picking one element per row

@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..algebra.layout import Val, full, vec_array
+from ..algebra.layout import Val, full, vec_array, view_term
 from ..algebra.masks import make_fill
 from ..algebra.ranks import COMPLETES, combine
 from ..algebra.terms import TermStore
@@ -164,7 +164,10 @@ class Relater:
             whole = None if None in parts else linear(terms, dict(zip(parts, term.attrs)), term.shape)
         elif term.op in PIECEWISE and len(term.children) == PIECEWISE[term.op]:
             inner = self._whole_of(term.children[0])  # linear in its first operand, the others shared
-            whole = None if inner is None else terms.make(term.op, term.attrs, (inner,) + term.children[1:], term.shape)
+            if inner is None:
+                return None
+            whole = view_term(terms, term.op, term.attrs, inner, term.shape) if term.op in VIEW_TERMS else \
+                terms.make(term.op, term.attrs, (inner,) + term.children[1:], term.shape)  # views collapse as built
         else:
             return None
         return whole if whole in self.by_term else None
@@ -425,17 +428,20 @@ def _refine(finding: Finding, dist: DistributedProgram, status: list, gradients:
     """Name the bug class from what the broken tensor feeds: a partial sum plus a term every
     rank holds whole, summed by an all_reduce later, counts that term once per rank; a
     partial sum used where only gradients (or the updates made of them) depend on it is a
-    gradient reduction that is missing or comes too late."""
-    if finding.kind not in PARTIAL_KINDS:
-        return finding
+    gradient reduction that is missing or comes too late -- so is a share of a reduction
+    (one data-parallel group's rows of a gradient sum, a partial sum over part of the mesh)
+    used as the whole there."""
     g = dist.graphs[finding.rank[0]]
     if not g.has(finding.node):
+        return finding
+    kinds = {rel.kind for rel in (status[finding.rank[0]].get(x) for x in g.node(finding.node).inputs) if rel}
+    share_used = finding.kind == "value-mismatch" and "piece" in kinds
+    if finding.kind not in PARTIAL_KINDS and not share_used:
         return finding
     users = g.users()
     reached = _reach([g.node(finding.node)], lambda m: users[m])
     summed_later = [n for n in reached if n.op == "_c10d_functional.all_reduce" and n.args[1] in ("sum", "avg")]
-    kinds = {rel.kind for rel in (status[finding.rank[0]].get(x) for x in g.node(finding.node).inputs) if rel}
-    if finding.op in ("aten.add", "aten.sub") and {"partial", "held"} <= kinds and summed_later:
+    if not share_used and finding.op in ("aten.add", "aten.sub") and {"partial", "held"} <= kinds and summed_later:
         finding.kind = "replicated-counted-per-rank"
         finding.hint = (f"this adds a term every rank holds whole to a partial sum, and the all_reduce at "
                         f"{summed_later[0].name} then counts that term once per rank: add it on one rank only, or "

@@ -255,7 +255,7 @@ def _source(fx_node) -> Source | None:
 
 # ---------------------------------------------------------------- tracing
 
-def _local(t):
+def local_tensor(t):
     """A DTensor parameter's local shard (the rank's actual input); other tensors as is."""
     to_local = getattr(t, "to_local", None)
     return to_local() if callable(to_local) else t
@@ -266,9 +266,9 @@ def program_inputs(program: Any, data: dict[str, torch.Tensor]) -> dict[str, tor
     named: dict[str, torch.Tensor] = {}
     if isinstance(program, torch.nn.Module):
         for name, p in program.named_parameters(remove_duplicate=False):
-            named.setdefault(name, _local(p.detach()))
+            named.setdefault(name, local_tensor(p.detach()))
         for name, b in program.named_buffers(remove_duplicate=False):
-            named.setdefault(name, _local(b))
+            named.setdefault(name, local_tensor(b))
     for name, value in data.items():
         if name in named:
             raise CaptureError(f"data input {name!r} has the same name as a parameter or buffer of the program")
@@ -276,26 +276,35 @@ def program_inputs(program: Any, data: dict[str, torch.Tensor]) -> dict[str, tor
     return named
 
 
-def _call(program: Any, names: list[str], data_names: set[str]) -> Callable:
-    """A function of flat tensors that runs `program` with its state swapped in."""
-    is_module = isinstance(program, torch.nn.Module)
-    dtensor_state = {}
-    if is_module:
+def dtensor_specs(program: Any) -> dict[str, tuple]:
+    """For each DTensor parameter or buffer of a module: (mesh, placements, shape, stride)."""
+    specs = {}
+    if isinstance(program, torch.nn.Module):
         for name, t in list(program.named_parameters(remove_duplicate=False)) + list(
                 program.named_buffers(remove_duplicate=False)):
             if hasattr(t, "to_local"):
-                dtensor_state[name] = (t.device_mesh, t.placements, t.shape, t.stride())
+                specs[name] = (t.device_mesh, t.placements, t.shape, t.stride())
+    return specs
+
+
+def as_dtensor(local: torch.Tensor, spec: tuple):
+    """The DTensor a rank's local shard `local` is part of (spec from :func:`dtensor_specs`)."""
+    from torch.distributed.tensor import DTensor
+    mesh, placements, shape, stride = spec
+    return DTensor.from_local(local, mesh, placements, run_check=False, shape=shape, stride=stride)
+
+
+def _call(program: Any, names: list[str], data_names: set[str]) -> Callable:
+    """A function of flat tensors that runs `program` with its state swapped in."""
+    is_module = isinstance(program, torch.nn.Module)
+    specs = dtensor_specs(program)
 
     def run(*flat):
         values = dict(zip(names, flat))
         data = {k: v for k, v in values.items() if k in data_names}
         if not is_module:
             return program(**data)
-        state = {k: v for k, v in values.items() if k not in data_names}
-        if dtensor_state:
-            from torch.distributed.tensor import DTensor
-            for k, (mesh, placements, shape, stride) in dtensor_state.items():
-                state[k] = DTensor.from_local(state[k], mesh, placements, run_check=False, shape=shape, stride=stride)
+        state = {k: as_dtensor(v, specs[k]) if k in specs else v for k, v in values.items() if k not in data_names}
         return torch.func.functional_call(program, state, (), data, strict=False, tie_weights=False)
     return run
 
@@ -318,7 +327,7 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
     def flat_fn(*flat):
         outs = _flatten_outputs(fn(*flat))
         output_names[:] = list(outs)
-        return [_local(o) for o in outs.values()]
+        return [local_tensor(o) for o in outs.values()]
 
     try:
         with functional_collectives(), user_stack_traces():

@@ -22,8 +22,8 @@ import torch.fx.traceback as fx_traceback
 
 from ..case import SGD, AdamW, Train
 from ..ir.graph import Graph
-from .torch_capture import (CaptureError, fake_world, from_fx, functional_collectives, innermost_user_frame,
-                            user_stack_traces)
+from .torch_capture import (CaptureError, as_dtensor, dtensor_specs, fake_world, from_fx, functional_collectives,
+                            innermost_user_frame, local_tensor, user_stack_traces)
 
 STATE_SEP = ":"
 
@@ -121,9 +121,9 @@ def step_inputs(program: torch.nn.Module, data: dict, train: Train) -> dict[str,
     (``<state>:<param>``), then the data."""
     if not isinstance(program, torch.nn.Module):
         raise CaptureError("a training case needs modules (the parameters are what gradients are taken of)")
-    params = {n: p.detach() for n, p in program.named_parameters()}
+    params = {n: local_tensor(p.detach()) for n, p in program.named_parameters()}
     named = dict(params)
-    named.update({n: b for n, b in program.named_buffers()})
+    named.update({n: local_tensor(b) for n, b in program.named_buffers()})
     for pname, states in state_values(params, train.optimizer).items():
         for sname, value in states.items():
             named[f"{sname}{STATE_SEP}{pname}"] = value
@@ -173,24 +173,32 @@ class ForwardLines(TorchFunctionMode):
 
 def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callable, label: str) -> tuple[Graph, dict]:
     """Trace ``step(program, inputs, state, train)`` (program state swapped for graph
-    inputs, parameters requiring grad) into the IR; returns the graph and its input values."""
+    inputs, parameters requiring grad) into the IR; returns the graph and its input values.
+    A DTensor parameter's graph input is the rank's local shard, seen by the step as that
+    DTensor (its optimizer state too), and what the step returns as DTensors is taken
+    locally: the rank's program is what DTensor runs on that rank, collectives included."""
     inputs = step_inputs(program, data, train)
     names = list(inputs)
     params = [n for n, _ in program.named_parameters()]
     buffers = [n for n, _ in program.named_buffers()]
+    specs = dtensor_specs(program)
     output_names: list[str] = []
+
+    def as_program_sees(value, param):
+        return as_dtensor(value, specs[param]) if param in specs else value
 
     def flat_fn(*flat):
         values = dict(zip(names, flat))
         with torch.enable_grad():
-            swapped = {n: values[n].requires_grad_(True) if n in params else values[n] for n in params + buffers}
-            state = {p: {s: values[f"{s}{STATE_SEP}{p}"] for s in (train.optimizer.state_names if train.optimizer else ())}
-                     for p in params}
+            swapped = {n: as_program_sees(values[n].requires_grad_(True) if n in params else values[n], n)
+                       for n in params + buffers}
+            state = {p: {s: as_program_sees(values[f"{s}{STATE_SEP}{p}"], p)
+                         for s in (train.optimizer.state_names if train.optimizer else ())} for p in params}
             batch = {n: values[n] for n in data}
             with _reparametrize_module(program, swapped):
                 outs = _flatten(step(program, batch, state, train), params)
         output_names[:] = list(outs)
-        return [o.detach() if isinstance(o, torch.Tensor) else o for o in outs.values()]
+        return [local_tensor(o).detach() if isinstance(o, torch.Tensor) else o for o in outs.values()]
 
     try:
         with functional_collectives(), user_stack_traces(), fx_traceback.preserve_node_meta(), ForwardLines():

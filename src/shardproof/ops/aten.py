@@ -596,7 +596,7 @@ def _index_rule(ctx: RuleCtx, x: Val, indices):
     if (len(indices) == 2 and all(isinstance(i, Val) for i in indices) and len(x.vecs) == 2
             and _is_row_range(ctx.terms, indices[0], shape_of(ctx.terms, x)[0])
             and shape_of(ctx.terms, indices[1]) == (shape_of(ctx.terms, x)[0],)):
-        return _take_along(ctx, x, layout.materialize(ctx.terms, indices[1]), 1)  # x[arange(n), idx]
+        return _take_along(ctx, x, indices[1], 1)  # x[arange(n), idx]
     if len(indices) == 1 and isinstance(indices[0], Val) and _is_integer(ctx, 1):
         return _embedding_rule(ctx, x, indices[0])  # table[ids] is a lookup of rows
     vals = [i for i in indices if isinstance(i, Val)]
@@ -670,10 +670,14 @@ def _nll_num(logp, target, weight=None, reduction=1, ignore_index=-100):
 
 
 def _take_along(ctx: RuleCtx, x: Val, idx: Val, dim: int) -> Val:
-    """x[i, idx_i] along `dim`: exact on a selection of the other dims when idx is whole."""
+    """x[i, idx_i] along `dim`: exact on a selection of the other dims when idx is whole, or
+    when idx holds the same selection of a term of the same extent there (a microbatch's rows
+    of the logits and of the targets): the pick of the whole terms, at those positions."""
     x = layout.materialize(ctx.terms, x, [dim])
     vecs = x.vecs[:dim] + x.vecs[dim + 1:]
-    if any(v is not None for v in idx.vecs) or any(v is not None for v in vecs):
+    others = ctx.terms.shape(x.t)[:dim] + ctx.terms.shape(x.t)[dim + 1:]
+    aligned = others == ctx.terms.shape(idx.t) and all(layout.same_vec(a, b) for a, b in zip(vecs, idx.vecs))
+    if not aligned and (any(v is not None for v in idx.vecs) or any(v is not None for v in vecs)):
         x, idx, vecs = layout.materialize(ctx.terms, x), layout.materialize(ctx.terms, idx), (None,) * len(vecs)
     shape = ctx.terms.shape(idx.t)
     return Val(ctx.terms.make("take_along", (dim,), (x.t, idx.t), shape), tuple(vecs))
@@ -887,8 +891,9 @@ def _sdpa_backward_rule(ctx: RuleCtx, g: Val, q: Val, k: Val, v: Val, out: Val, 
         found.append(tuple(f[0] for f in pairings) + tuple(offsets))
     attrs = (freeze(dropout_p), bool(is_causal), freeze(scale), tuple(found))
     children = (g.t, q.t, k.t, v.t, out.t, lse.t)
-    if q.t == k.t == v.t and _disjoint_heads(terms, q, k, v):
+    if q.t == k.t == v.t and not any(repeated) and _disjoint_heads(terms, q, k, v):
         # q, k, v cut from one fused projection: one gradient of it, each cut where its operand was
+        # (not when k/v are expanded to q's heads: each copy's gradient is its own, summed later)
         fused = terms.make("sdpa_backward", attrs + ("fused",), children, terms.shape(q.t))
         return tuple(Val(fused, x.vecs) for x in (q, k, v))
     def grad(i, x, per_copy):
@@ -1163,7 +1168,7 @@ def _put_along_rows(ctx: RuleCtx, x: Val, idx: Val, v: Val) -> Val:
     terms = ctx.terms
     size = terms.shape(x.t)[1]
     cols = x.vecs[1]
-    picked = _take_along(ctx, x, layout.materialize(terms, idx), 1)
+    picked = _take_along(ctx, x, idx, 1)
     delta = compute.elementwise(terms, "sub", template((v, picked), {}), [v, picked])
     gidx = _fold_selected(ctx, idx, cols, size)
     if gidx is None:
@@ -1239,6 +1244,17 @@ def _unmasked_grad(ctx: RuleCtx, g: Val, ids: int, lo: int, hi: int):
     return Val(inner, g.vecs)
 
 
+def _table_size(terms, ids: int, block: int, hi: int, world: int) -> int:
+    """The vocabulary the ranks' blocks of `block` rows tile: the size of a one-hot over the
+    same ids the other program built (its table; on a dp x tp mesh the vocabulary is split
+    over a tp group smaller than the world), else the even split over the world's ranks.
+    Rows [lo, hi) of the scatter are the same for every size >= hi."""
+    for n in range(-(-hi // max(block, 1)), world + 1):
+        if terms.lookup("onehot", (n * block,), (ids,)) is not None:
+            return n * block
+    return world * block
+
+
 def _embedding_backward_rule(ctx: RuleCtx, g: Val, ids: Val, num_weights, padding_idx=-1,
                              scale_grad_by_freq=False):
     """``dW = onehot(ids)ᵀ · g`` contracted over the token dims (a partial sum when the
@@ -1259,7 +1275,7 @@ def _embedding_backward_rule(ctx: RuleCtx, g: Val, ids: Val, num_weights, paddin
             and terms.shape(masked[1]) == terms.shape(ids.t):
         local_ids, raw, lo, hi = masked
         plain = _unmasked_grad(ctx, g, raw, lo, hi)
-        total = ctx.world_size * size
+        total = _table_size(terms, local_ids.t, size, hi, ctx.world_size)
         if plain is not None and hi <= total:
             ids, g = local_ids, plain
             rows = None if (lo, hi) == (0, total) else np.arange(lo, hi, dtype=np.int64)

@@ -13,12 +13,13 @@ from shardproof import Case
 from tp_mlp import HIDDEN, MLP
 
 WORLD_SIZES = (2, 3, 4, 6, 8)
+PLAN = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
 
 
 def parallelize(full: MLP, rank: int, world: int) -> MLP:
     model = copy.deepcopy(full)
     mesh = init_device_mesh("cpu", (world,))
-    return parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    return parallelize_module(model, mesh, PLAN)
 
 
 def case(world_size: int = 2) -> Case:

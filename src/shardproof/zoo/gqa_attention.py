@@ -10,11 +10,11 @@ of that term, a pairing each rank's heads fit.
     shardproof verify src/shardproof/zoo/gqa_attention.py --world-size 4
 """
 import torch
-import torch.distributed as dist
 from torch import nn
 import torch.nn.functional as F
 
 from shardproof import Case
+from tensor_parallel import TensorParallel
 
 HIDDEN, N_HEADS, N_KV_HEADS, SEQ, BATCH = 48, 16, 4, 6, 2
 HEAD_DIM = HIDDEN // N_HEADS
@@ -46,7 +46,7 @@ class GQAAttention(nn.Module):
         return self.o_proj(o.transpose(1, 2).reshape(b, s, Q_SIZE))
 
 
-class ParallelGQAAttention(nn.Module):
+class ParallelGQAAttention(TensorParallel):
     def __init__(self, full: GQAAttention, rank: int, world: int):
         super().__init__()
         self.local_heads = N_HEADS // world
@@ -78,15 +78,14 @@ class ParallelGQAAttention(nn.Module):
 
     def forward(self, x):
         b, s, _ = x.shape
-        q, k, v = self.split_qkv(self.qkv(x))
+        q, k, v = self.split_qkv(self.qkv(self.enter_tp(x)))
         q = q.view(b, s, self.local_heads, HEAD_DIM).transpose(1, 2)
         k = k.view(b, s, self.local_kv_heads, HEAD_DIM).transpose(1, 2)
         v = v.view(b, s, self.local_kv_heads, HEAD_DIM).transpose(1, 2)
         n_rep = self.local_heads // self.local_kv_heads
         o = F.scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), is_causal=True)
         y = F.linear(o.transpose(1, 2).reshape(b, s, self.q_local), self.o_proj.weight)
-        dist.all_reduce(y)
-        return y + self.o_proj.bias
+        return self.reduce_tp(y) + self.o_proj.bias
 
 
 def case(world_size: int = 2) -> Case:

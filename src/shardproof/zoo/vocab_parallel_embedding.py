@@ -37,6 +37,13 @@ class VocabParallelEmbedding(nn.Module):
             self.weight.copy_(full.weight[self.vocab_start_index:self.vocab_end_index])
 
     def forward(self, ids):
+        output_parallel = self.local_lookup(ids)
+        # Reduce across all the model parallel GPUs.
+        dist.all_reduce(output_parallel)
+        return output_parallel
+
+    def local_lookup(self, ids):
+        """The rank's rows of the lookup (zero for ids outside its vocabulary range)."""
         # Build the mask.
         input_mask = (ids < self.vocab_start_index) | (ids >= self.vocab_end_index)
         # Mask the input.
@@ -46,8 +53,6 @@ class VocabParallelEmbedding(nn.Module):
         output_parallel = F.embedding(masked_input, self.weight)
         # Mask the output embedding.
         output_parallel[input_mask, :] = 0.0
-        # Reduce across all the model parallel GPUs.
-        dist.all_reduce(output_parallel)
         return output_parallel
 
 
