@@ -113,3 +113,59 @@ def test_broadcast_batch_of_a_contraction_is_a_free_dim():
     wrong = lambda x, d, r: torch.cat([x[1].t().unsqueeze(0) @ x[:2], x[0].t().unsqueeze(0) @ x[2:]])  # noqa: E731
     assert _verdict(whole, blocks) == "verified"
     assert _verdict(whole, wrong) == "violation"
+
+
+
+def _layer_norm_grad(x, d, scale, wrt):
+    """d(c·L)/dx or d(c·L)/dw through LayerNorm's backward, with L a squared error."""
+    x = x.detach().requires_grad_()
+    w = (d * torch.ones(2)).detach().requires_grad_()
+    loss = (0.5 * torch.nn.functional.layer_norm(x, (2,), w) ** 2).sum() * scale
+    return torch.autograd.grad(loss, x if wrt == "x" else w)[0]
+
+
+@pytest.mark.parametrize("wrt", ["x", "w"])
+def test_scaled_gradient_unscaled_through_layer_norm_backward(wrt):
+    """LayerNorm's backward is linear in the incoming gradient (LINEAR_IN): d(c·L)/c = dL
+    for its input and its weight."""
+    whole = lambda x, d, r: _layer_norm_grad(x, d, 1.0, wrt)  # noqa: E731
+    with torch.enable_grad():
+        assert _verdict(whole, lambda x, d, r: _layer_norm_grad(x, d, 3.0, wrt) / 3) == "verified"
+        assert _verdict(whole, lambda x, d, r: _layer_norm_grad(x, d, 3.0, wrt) / 2.9) == "violation"
+
+
+class LossAndGradient(nn.Module):
+    """A squared error normalised by the count `n` over `share` (a rank's loss normalised by
+    its own share of the count), reported times `share`, and its gradient, times `share`
+    or (`divide` False) not."""
+
+    def __init__(self, share=1, divide=True):
+        super().__init__()
+        self.share, self.divide = share, divide
+
+    def forward(self, x, d, n):
+        d = d.detach().requires_grad_()
+        loss = (0.5 * (x * d) ** 2).sum() / ((n * n + 1).sum() / self.share)
+        grad = torch.autograd.grad(loss, d)[0]
+        return {"loss": loss / self.share, "grad": grad / self.share if self.divide else grad}
+
+
+def test_an_undivided_multiple_is_located_where_it_is_returned():
+    """A gradient twice the single-device one is halved on its way by the squared error's
+    backward exactly as the single-device one is (2 · 0.5 = 1: equal to another tensor by
+    coincidence); the multiple's trail stays unbroken past it, and the violation is a
+    scaling mismatch at the gradient returned undivided (the loss, divided back, is right)."""
+    def verify(divide):
+        case = Case(single=LossAndGradient(), distributed=lambda r, w: LossAndGradient(2, divide),
+                    inputs={"x": torch.randn(4, 3, 2), "d": torch.rand(1) + 1, "n": torch.rand(3) + 1},
+                    world_size=2, expect={"loss": "Replicate()", "grad": "Replicate()"})
+        p = prepare(case)
+        return p, verify_prepared(p)
+    with torch.enable_grad():
+        assert verify(True)[1].status == "verified"
+        p, report = verify(False)
+    assert report.status == "violation"
+    finding = report.findings[0]
+    assert (finding.kind, finding.rank) == ("scaling-mismatch", [0, 1]), finding
+    assert "2 times" in finding.actual, finding
+    assert finding.node == p.dist.graphs[0].outputs["grad"].name, finding

@@ -401,7 +401,10 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     producer = node.args[0] if node.op == "getitem" and node.args and isinstance(node.args[0], Node) else node
     inputs = [x for x in producer.inputs if x in status[r]]
     input_rels = [status[r].get(x) for x in inputs]
-    counterpart = same_op = counterpart_of(seq, producer, input_rels, run.seq)
+    own = status[r].get(node)
+    same_op = counterpart_of(seq, producer, input_rels, run.seq)
+    # a proven multiple names its single-device tensor; otherwise the op applied to the inputs' counterparts
+    counterpart = own.seq_node if own is not None and own.kind == "scaled" else same_op
     if counterpart is not None and producer is not node and isinstance(counterpart.type, tuple):
         index = node.args[1]  # the same output of the single-device op
         counterpart = next((s for s in seq.nodes if s.op == "getitem" and s.args[:1] == (counterpart,)
@@ -448,14 +451,14 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     if constants and kind in ("value-mismatch", "rank-specific-mismatch"):
         hint = (f"the constant arguments of this {producer.op.split('.')[-1]} differ from the single-device op's "
                 f"({constants}); " + hint)
-    own = status[r].get(node)
     if own is not None and own.kind == "piece" and is_collective(node):
         group = node.args[-1] if node.args and isinstance(node.args[-1], tuple) else ()
         kind, hint = "wrong-group", (f"this {node.op.split('.')[-1]} over ranks {list(group)} leaves a share of the "
                                      f"reduction that the later steps never complete: the pieces are held by another "
                                      f"group of ranks (e.g. the shard group, not the replicate group)"
                                      + (f" at {node.source}" if node.source else ""))
-    if own is not None and own.kind == "scaled" and kind == "value-mismatch":  # proven: exactly a multiple
+    multiple = own is not None and own.kind == "scaled" and kind in ("value-mismatch", "scaling-mismatch")
+    if multiple:  # proven: exactly a multiple
         ref_name = own.seq_node.name
         expected_text = f"{expected} of single-device {ref_name}"
         kind, hint = "scaling-mismatch", (f"this is exactly {own.factor} times single-device {ref_name}: check the "
@@ -491,8 +494,10 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                        f"{node.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} holds only "
                        f"{held_text} (expected {expected}); its inputs: {rels_text or 'none'}",
                        f"all_reduce(sum) {node.name} over the group before it is used as the whole value{where}", cex)
-    message = (f"{producer.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} is not related to any single-device "
-               f"tensor" + (f" (expected {expected_text})" if ref_name else "") + f"; its inputs: {rels_text or 'none'}"
+    actual = f"{own.factor} times single-device {own.seq_node.name}" if multiple else "none"
+    message = (f"{producer.name} = {producer.op}(...) on rank(s) {', '.join(map(str, ranks))} "
+               + (f"holds {actual}" if multiple else "is not related to any single-device tensor")
+               + (f" (expected {expected_text})" if ref_name else "") + f"; its inputs: {rels_text or 'none'}"
                + (f"; output {output} differs as a result" if output else ""))
-    return Finding(kind, ranks, node.name, node.op, _src(node), expected_text, "none", message, hint, cex,
+    return Finding(kind, ranks, node.name, node.op, _src(node), expected_text, actual, message, hint, cex,
                    counterpart=ref_name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Optional
 
 import numpy as np
@@ -599,6 +600,8 @@ def _status(run: SymbolicRun, relater: Relater, dist: DistributedProgram):
                 status[r][n] = Related(n, None, kind="const")
                 continue
             rel = relater.direct(v)
+            if rel is not None and rel.exact:
+                rel = _scale_carried(relater, run.seq, n, v, [status[r].get(x) for x in n.inputs]) or rel
             if rel is None and peer_values(n) is not None:
                 rel = relater.partial(peer_values(n))
             rel = rel or relater.piece(v) or relater.scaled(v) or _packed(relater, v, peer_values(n))
@@ -679,16 +682,38 @@ def _rescales(node: Node, rel: Optional[Related], input_rels: list) -> bool:
         and len(input_rels) == 1 and input_rels[0].factor != rel.factor
 
 
-def _seq_does(seq: Graph, seq_env: dict, node: Node, input_rels: list) -> bool:
-    """Whether the single-device program applies `node`'s op, with its constant arguments,
-    to the counterparts of its inputs (compared by value: the same term)."""
+def _seq_counterpart(seq_env: dict, node: Node, input_rels: list) -> Optional[Node]:
+    """The single-device node applying `node`'s op, with its constant arguments, to the
+    counterparts of its inputs (compared by value: the same term), or None."""
     def term(x):
         v = seq_env.get(x)
         return getattr(v, "t", None)
     want = [term(rel.seq_node) if rel is not None else None for rel in input_rels]
     consts = [a for a in node.args if not isinstance(a, Node)]
-    return any(s.op == node.op and [term(x) for x in s.inputs] == want
-               and [a for a in s.args if not isinstance(a, Node)] == consts for s in seq.nodes)
+    return next((s for s in seq_env if s.op == node.op and [term(x) for x in s.inputs] == want
+                 and [a for a in s.args if not isinstance(a, Node)] == consts), None)
+
+
+def _scale_carried(relater: Relater, seq_env: dict, node: Node, v: Val, input_rels: list) -> Optional[Related]:
+    """`node` reads an exact multiple (c times) of a value and applies the op its
+    single-device counterpart applies: relate it as the multiple of that counterpart that it
+    is, proven on the terms, rather than as an equal of another tensor it happens to match
+    (c = 2 times a gradient, halved as the counterpart halves it, equals the unhalved one).
+    The multiple's trail then stays unbroken up to where it is rescaled or returned."""
+    factors = {rel.factor for rel in input_rels if rel is not None and rel.kind == "scaled"}
+    if not factors or any(rel is None for rel in input_rels):
+        return None
+    counterpart = _seq_counterpart(seq_env, node, input_rels)
+    want = seq_env.get(counterpart) if counterpart is not None else None
+    if not isinstance(want, Val):
+        return None
+    from ..algebra.lemmas import linear
+    for c in factors:
+        if linear(relater.terms, {want.t: Fraction(c)}, relater.terms.shape(want.t)) == v.t:
+            pos = positions_in(relater.terms, want, v)
+            if pos is not None:
+                return Related(counterpart, pos, kind="scaled", factor=c)
+    return None
 
 
 def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedProgram, broken: list[str]):
@@ -715,12 +740,12 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
             if rel is not None and rel.exact and not (rel.kind == "piece" and _collective(n)) \
                     and not reorders(n, rel, status[r]):
                 continue  # related; a collective that leaves a mere share of a reduction is suspect
-            input_rels = [status[r].get(x) for x in n.inputs if x in status[r]]
+            input_rels = [status[r].get(x) for x in _operands(n, status[r])]
             if not all(x is not None for x in input_rels):
                 continue
             if not all(x.exact for x in input_rels):
                 # from a multiple of a value: only a re-scaling the single-device program does not do
-                if not _rescales(n, rel, input_rels) or _seq_does(seq, run.seq, n, [status[r].get(x) for x in n.inputs]):
+                if not _rescales(n, rel, input_rels) or _seq_counterpart(run.seq, n, [status[r].get(x) for x in n.inputs]) is not None:
                     continue
                 rescalings.append((r, n.name))
             recovers = any(d.name in names for d in _reach([n], lambda m: _dataflow_users(users, status[r], m))
@@ -786,6 +811,15 @@ def _dataflow_users(users: dict, status: dict, node: Node) -> list:
     """The users of `node` whose values depend on its value: a constant made from it (a
     ``ones_like`` seeding the backward) takes only its shape, so no dataflow passes there."""
     return [u for u in users[node] if status.get(u) is None or status[u].kind != "const"]
+
+
+def _operands(node: Node, status: dict) -> list[Node]:
+    """`node`'s tensor inputs; for one output of a multi-output op (a getitem), that op's:
+    the op, not the selection of its output, is what may break a relation."""
+    inputs = list(node.inputs)
+    if node.op == "getitem" and len(inputs) == 1 and inputs[0] not in status:
+        inputs = list(inputs[0].inputs)
+    return [x for x in inputs if x in status]
 
 
 def _feeds_out_of_order(node: Node, users: dict, status: dict) -> bool:
