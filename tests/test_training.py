@@ -19,7 +19,7 @@ from shardproof.report.terminal import render  # noqa: E402
 
 TRAIN = os.path.join(ZOO, "train")
 SLOW = {"gpt2_block_train", "llama_block_train", "gpt2_block_zero", "ddp_bucket_train",
-        "sp_replicated_train", "dtensor_llama_block_train"}  # several seconds of capture per mesh
+        "sp_replicated_train", "dtensor_llama_block_train", "dtensor_gpt2_block_train"}  # seconds of capture per mesh
 FAST_VERDICT_BUGS = {"verdict01_missing_allreduce", "verdict04_allgather_as_allreduce"}
 
 

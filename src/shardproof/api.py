@@ -175,7 +175,18 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
             raise RelationError(f"the expectation names output {name!r}, but the single-device program's outputs "
                                 f"are: {', '.join(seq.outputs)}")
     gradients = frozenset(n for n in seq.outputs if n.startswith(GRADIENT_OUTPUTS)) if case.train else frozenset()
-    return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values), case.name, gradients)
+    return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values) | _optimizer_state(case, seq_values),
+                    case.name, gradients)
+
+
+def _optimizer_state(case: Case, values: dict) -> dict:
+    """A training step's optimizer state as captured, for the numeric checks: drawn at random,
+    AdamW's second moment could be negative or near 0, where ``m / (sqrt(v) + eps)`` turns
+    rounding into differences no real step has."""
+    if case.train is None:
+        return {}
+    from .frontends.torch_train import STATE_SEP
+    return {n: v for n, v in values.items() if STATE_SEP in n}
 
 
 def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
