@@ -9,6 +9,7 @@ recorded like any other op. Parameters, buffers, optimizer state and data are gr
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import traceback
 from typing import Any, Callable
@@ -22,8 +23,9 @@ import torch.fx.traceback as fx_traceback
 
 from ..case import SGD, AdamW, Train
 from ..ir.graph import Graph
-from .torch_capture import (CaptureError, fake_world, from_fx, functional_collectives, innermost_user_frame,
+from .torch_capture import (CaptureError, _local, fake_world, from_fx, functional_collectives, innermost_user_frame,
                             user_stack_traces)
+from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
 
 STATE_SEP = ":"
 
@@ -121,7 +123,7 @@ def step_inputs(program: torch.nn.Module, data: dict, train: Train) -> dict[str,
     (``<state>:<param>``), then the data."""
     if not isinstance(program, torch.nn.Module):
         raise CaptureError("a training case needs modules (the parameters are what gradients are taken of)")
-    params = {n: p.detach() for n, p in program.named_parameters()}
+    params = {n: _local(p.detach()) for n, p in program.named_parameters()}
     named = dict(params)
     named.update({n: b for n, b in program.named_buffers()})
     for pname, states in state_values(params, train.optimizer).items():
@@ -178,22 +180,29 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
     names = list(inputs)
     params = [n for n, _ in program.named_parameters()]
     buffers = [n for n, _ in program.named_buffers()]
+    fsdp = fsdp_params(program)  # FSDP2 holds these shards itself: loaded into it, not swapped
+    if fsdp:
+        lazy_init(program)
     output_names: list[str] = []
 
     def flat_fn(*flat):
         values = dict(zip(names, flat))
         with torch.enable_grad():
-            swapped = {n: values[n].requires_grad_(True) if n in params else values[n] for n in params + buffers}
+            for n, fsdp_param in fsdp.items():
+                load_shard(fsdp_param, values[n])
+            swapped = {n: values[n].requires_grad_(True) if n in params else values[n]
+                       for n in params + buffers if n not in fsdp}
             state = {p: {s: values[f"{s}{STATE_SEP}{p}"] for s in (train.optimizer.state_names if train.optimizer else ())}
                      for p in params}
             batch = {n: values[n] for n in data}
             with _reparametrize_module(program, swapped):
                 outs = _flatten(step(program, batch, state, train), params)
         output_names[:] = list(outs)
-        return [o.detach() if isinstance(o, torch.Tensor) else o for o in outs.values()]
+        return [_local(o.detach()) if isinstance(o, torch.Tensor) else o for o in outs.values()]
 
     try:
-        with functional_collectives(), user_stack_traces(), fx_traceback.preserve_node_meta(), ForwardLines():
+        with functional_collectives(), user_stack_traces(), fx_traceback.preserve_node_meta(), ForwardLines(), \
+                fsdp_tracing() if fsdp else contextlib.nullcontext():
             gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
                          record_stack_traces=True)(*inputs.values())
     except CaptureError:
