@@ -193,7 +193,8 @@ def within_piece(terms: TermStore, val: Val, dim: int) -> Val:
         if at <= v.min() and v.max() < at + size:
             vecs = list(val.vecs)
             vecs[dim] = canon_vec(v - at, size)
-            return unmaterialize(terms, Val(piece, tuple(vecs)))
+            inner = unmaterialize(terms, Val(piece, tuple(vecs)))
+            return within_piece(terms, inner, dim)  # the piece (or what it gathers from) may be a cat too
         at += size
     joined = concat(terms, piece_runs(terms, val, dim), dim)  # runs of several pieces: one layout again?
     return joined if terms[joined.t].op not in ("cat", "take") else val
@@ -214,15 +215,15 @@ def piece_runs(terms: TermStore, val: Val, dim: int) -> list[Val]:
         piece = term.children[k]
         vecs = list(val.vecs)
         vecs[dim] = canon_vec(v[idx] - starts[k], terms.shape(piece)[dim])
-        runs.append(within_piece(terms, unmaterialize(terms, Val(piece, tuple(vecs))), dim))
+        runs.append(_within_viewed_cat(terms, within_piece(terms, unmaterialize(terms, Val(piece, tuple(vecs))), dim)))
     return runs
 
 
 def _within_viewed_cat(terms: TermStore, val: Val) -> Val:
     """A selection of a reshaped ``cat`` whose elements are, in order, a grid of the cat:
-    one line along the cat dim is the pieces' lines one after another (a row of FSDP's
-    reduce-scatter buffer: each gradient's chunk in turn); a grid inside one piece is that
-    piece's selection, reshaped."""
+    with one index on every dim before the cat dim, the pieces' selections flattened one
+    after another (a row of FSDP's reduce-scatter buffer: each gradient's chunk in turn,
+    zero padding included); else a grid inside one piece is that piece's selection."""
     term = terms[val.t]
     if term.op != "reshape" or terms[term.children[0]].op != "cat" or prod(shape_of(terms, val)) > MAX_MAPPED:
         return val
@@ -235,7 +236,7 @@ def _within_viewed_cat(terms: TermStore, val: Val) -> Val:
         return val
     sel = Val(inner, tuple(canon_vec(v, s) for v, s in zip(vecs, shape)))
     dim = terms[inner].attrs[0]
-    if all(len(v) == 1 for d, v in enumerate(vecs) if d != dim):
+    if all(len(v) == 1 for v in vecs[:dim]):  # then the pieces' elements follow each other in row-major order
         runs = [reshape(terms, run, (prod(shape_of(terms, run)),)) for run in piece_runs(terms, sel, dim)]
         line = concat(terms, runs, 0) if len(runs) > 1 else runs[0]
         return reshape(terms, line, shape_of(terms, val))
