@@ -105,8 +105,16 @@ _REDUCE_OPS = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min", "PRODUCT"
 
 
 def _reduce_name(op) -> str:
-    name = getattr(op, "name", None) or str(op).split(".")[-1]
+    name = getattr(op, "name", None) or str(getattr(op, "op", op)).split(".")[-1]
     return _REDUCE_OPS.get(str(name).upper(), str(name).lower())
+
+
+def _premultiplied(tensor, op):
+    """(input, reduce op name): ``ReduceOp.PREMUL_SUM(f)`` (FSDP2's custom gradient divide
+    factor) is a sum of the inputs multiplied by f."""
+    if _reduce_name(op) == "premul_sum":
+        return tensor * op.factor, "sum"
+    return tensor, _reduce_name(op)
 
 
 def _group_name(group) -> str:
@@ -148,7 +156,7 @@ class _InPlaceCollective(torch.autograd.Function):
 
 
 def _all_reduce(fc, tensor, op=dist.ReduceOp.SUM, group=None):
-    reduce = lambda t: fc.wait_tensor(fc.all_reduce(t, _reduce_name(op), _group_name(group)))  # noqa: E731
+    reduce = lambda t: fc.wait_tensor(fc.all_reduce(*_premultiplied(t, op), _group_name(group)))  # noqa: E731
     tensor.copy_(_InPlaceCollective.apply(tensor, reduce))
 
 
@@ -168,7 +176,8 @@ def _all_gather(fc, tensor_list, tensor, group=None):
 def _reduce_scatter_tensor(fc, output, input, op=dist.ReduceOp.SUM, group=None):
     """Also ``reduce_scatter_single``; the input may be the concatenation or the stack of the outputs."""
     n = dist.get_world_size(group)
-    scattered = fc.reduce_scatter_tensor(input.contiguous(), _reduce_name(op), n, _group_name(group))
+    input, reduce_op = _premultiplied(input.contiguous(), op)
+    scattered = fc.reduce_scatter_tensor(input, reduce_op, n, _group_name(group))
     output.copy_(fc.wait_tensor(scattered).view(output.shape))
 
 
