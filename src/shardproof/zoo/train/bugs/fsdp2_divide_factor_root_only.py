@@ -4,8 +4,9 @@ normalised by the global token count, so FSDP must sum the gradients; but
 children, and here the parameters all live in the per-layer units: FSDP still averages
 their gradients (reduce-scatter with AVG), dividing them by the world size a second time
 (torchtitan disables the division on every FSDP module for this reason). Expected: the
-first finding at the first gradient reduce-scatter (AVG where the partial sums need SUM), on every rank. (One microbatch: with
-two, the first microbatch's reduced share relates to nothing on its own.)"""
+first finding at the first gradient reduce-scatter (AVG where the partial sums need SUM),
+on every rank. (One microbatch: with two, the first microbatch's reduced share relates to
+nothing on its own, and is reported first.)"""
 from dataclasses import replace
 
 from fsdp2_mlp_train import TRAIN, FSDPMLP, case as fsdp_case
