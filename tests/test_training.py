@@ -18,7 +18,8 @@ from shardproof import SGD, Train  # noqa: E402
 from shardproof.report.terminal import render  # noqa: E402
 
 TRAIN = os.path.join(ZOO, "train")
-SLOW = {"gpt2_block_train", "llama_block_train", "gpt2_block_zero", "ddp_bucket_train", "sp_replicated_train"}  # several seconds of capture per mesh
+SLOW = {"gpt2_block_train", "llama_block_train", "gpt2_block_zero", "ddp_bucket_train", "sp_replicated_train",
+        "fsdp2_gpt2_block_train"}  # several seconds of capture per mesh
 
 
 def _modules(folder):

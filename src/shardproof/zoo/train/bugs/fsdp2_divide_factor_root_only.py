@@ -25,4 +25,4 @@ def case(world_size: int = 2):
                      meta={"source": "torchtitan: FSDP2 gradient division with global-token loss normalisation",
                            "bug_op": "_c10d_functional.reduce_scatter_tensor", "bug_ranks": "all",
                            "bug": "wrong-reduce-op", "bug_node": "reduce_scatter_tensor",
-                           "bug_source": "fsdp2_mlp_train.py:48"})
+                           "bug_source": "mini_fsdp.py:44"})
