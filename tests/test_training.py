@@ -126,7 +126,8 @@ def test_hybrid_sharded_zero2_verified():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,world,dp", [("tp_mlp_train", 2, 1), ("tp_mlp_train", 2, 2), ("sp_mlp_train", 2, 1),
-                                         ("tp_mlp_train", 4, 2)])  # dp2 x tp2: ranks' graphs differ
+                                         ("tp_mlp_train", 4, 2),  # dp2 x tp2: ranks' graphs differ
+                                         ("fsdp2_mlp_train", 2, 2)])  # FSDP2: flat buffers, padding, fsdp ops
 def test_training_mutants_never_verify_wrongly(name, world, dp):
     """Soundness on joint graphs: a mutated step (a collective dropped, its reduce op or a
     constant changed) is verified only if it is numerically equivalent."""
