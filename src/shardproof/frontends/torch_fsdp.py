@@ -12,6 +12,7 @@ the unsharded parameters, the gradient reduce-scatter, the accumulation into
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 
@@ -60,13 +61,17 @@ def fsdp_tracing():
     unsharded parameters after use, re-allocating before the next all-gather) is memory
     management that traced tensors have no storage for and that changes no value, so it
     is skipped; its out= custom ops are functionalized by ``auto_functionalized`` (v1: the
-    op's mutated arguments come back as outputs, whose views functionalization replays)."""
+    op's mutated arguments come back as outputs, whose views functionalization replays).
+    FSDP's warning that a module returned a view is about eager in-place use and is an
+    artefact of tracing here (functional tensors are views of their values)."""
     from torch.distributed.fsdp._fully_shard import _fsdp_param
     import torch._inductor.config as inductor_config
     saved = _fsdp_param.alloc_storage, _fsdp_param.free_storage, inductor_config.enable_auto_functionalized_v2
     _fsdp_param.alloc_storage = _fsdp_param.free_storage = lambda tensor: None
     inductor_config.enable_auto_functionalized_v2 = False
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+            yield
     finally:
         _fsdp_param.alloc_storage, _fsdp_param.free_storage, inductor_config.enable_auto_functionalized_v2 = saved

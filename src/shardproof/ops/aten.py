@@ -310,10 +310,14 @@ def _as_strided_scatter_num(base, src, size, stride, offset=0):
     return out
 
 
+AS_STRIDED_BASE = ("as_strided views index their input's own elements in row-major order (the input is a "
+                   "contiguous tensor whose storage starts at it, as functionalized graphs and FSDP pass it)")
 declare(T + "as_strided", numerics=lambda x, size, stride, offset=0: np.ravel(x)[_strided_index(size, stride, offset or 0)],
-        rule=_as_strided_rule, doc="a strided view of the base's row-major storage (contiguous strides: a window)")
+        rule=_as_strided_rule, doc="a strided view of the base's row-major storage (contiguous strides: a window)",
+        assumes=AS_STRIDED_BASE)
 declare(T + "as_strided_scatter", numerics=_as_strided_scatter_num, rule=_as_strided_scatter_rule,
-        doc="write through an as_strided view (contiguous strides: a window of the flattened base)")
+        doc="write through an as_strided view (contiguous strides: a window of the flattened base)",
+        assumes=AS_STRIDED_BASE)
 def _slice_backward_rule(ctx: RuleCtx, g: Val, sizes, dim, start, end, step):
     """The gradient between zero blocks along `dim`; the zeros are laid out like `g` on the
     other dims (a constant holds on any piece), so a rank's piece of g stays that piece."""
