@@ -239,3 +239,44 @@ def test_blocks_of_different_columns_stacked_and_reassembled_are_the_tensor():
     x = torch.randn(4, 6)
     assert _check(lambda x: x * 2, lambda x: _blocks_reassembled(x * 2, (0, 1)), x=x).status == "verified"
     assert _check(lambda x: x * 2, lambda x: _blocks_reassembled(x * 2, (1, 0)), x=x).status == "violation"
+
+
+def test_as_strided_window_of_a_flat_buffer():
+    """x * 2 flattened between other values, cut back out with as_strided (contiguous strides)."""
+    def pieces(x, offset):
+        y = x * 2
+        buf = torch.cat([y[:4].reshape(-1), torch.zeros(5), y[4:].reshape(-1), x[:, 0] * 3])
+        return torch.cat([torch.as_strided(buf, (4, 3), (3, 1), 0), torch.as_strided(buf, (4, 3), (3, 1), offset)])
+    assert _check(lambda x: x * 2, lambda x: pieces(x, 17)).status == "verified"
+    assert _check(lambda x: x * 2, lambda x: pieces(x, 16)).status == "violation"
+
+
+def test_selection_across_pieces_of_one_tensor_joins_them():
+    """Positions spanning several pieces of a concatenation, each piece a part of one
+    tensor: the selection is that tensor (FSDP's per-rank shards of a parameter, between
+    other parameters' shards in the all-gather buffer)."""
+    def gathered(x, start):
+        y = x * 2
+        buf = torch.cat([y[:4].reshape(-1), x[:, 0] * 3, y[4:].reshape(-1), x[:, 1] * 3]).view(2, 20)
+        return buf[:, start:start + 12].reshape(8, 3)
+    assert _check(lambda x: x * 2, lambda x: gathered(x, 0)).status == "verified"
+    assert _check(lambda x: x * 2, lambda x: gathered(x, 1)).status == "violation"
+
+
+def test_rows_of_a_chunked_concatenation_are_the_pieces_chunks():
+    """FSDP's reduce-scatter buffer: each tensor cut into 2 row chunks, chunk i of every
+    tensor concatenated into row i; a row's flat slice at a tensor's offset is its chunk."""
+    def chunk_cat(x, offset):
+        buf = torch.cat([(x * 2).reshape(2, 12), (x[:, 0] * 3).reshape(2, 4)], 1).reshape(32)
+        return torch.cat([buf[16 * r + offset:16 * r + offset + 12].view(4, 3) for r in range(2)])
+    assert _check(lambda x: x * 2, lambda x: chunk_cat(x, 0)).status == "verified"
+    assert _check(lambda x: x * 2, lambda x: chunk_cat(x, 4)).status == "violation"
+
+
+def test_leaf_terms_of_different_shapes_are_different_values():
+    """A fill of zeros as (1,) and as (1, 1) are two values (FSDP pads 1-d and 2-d shards
+    with zeros in one program): hash-consing a leaf must key on its shape."""
+    from shardproof.algebra.terms import TermStore
+    ts = TermStore()
+    assert ts.make("fill", (0,), (), (1,)) != ts.make("fill", (0,), (), (1, 1))
+    assert ts.make("fill", (0,), (), (1,)) == ts.make("fill", (0,), (), (1,))

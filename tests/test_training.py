@@ -18,8 +18,8 @@ from shardproof import SGD, Train  # noqa: E402
 from shardproof.report.terminal import render  # noqa: E402
 
 TRAIN = os.path.join(ZOO, "train")
-SLOW = {"gpt2_block_train", "llama_block_train", "gpt2_block_zero", "ddp_bucket_train",
-        "sp_replicated_train", "dtensor_llama_block_train", "dtensor_gpt2_block_train"}  # seconds of capture per mesh
+SLOW = {"gpt2_block_train", "llama_block_train", "gpt2_block_zero", "ddp_bucket_train", "sp_replicated_train",
+        "dtensor_llama_block_train", "dtensor_gpt2_block_train", "fsdp2_gpt2_block_train"}  # seconds of capture per mesh
 FAST_VERDICT_BUGS = {"verdict01_missing_allreduce", "verdict04_allgather_as_allreduce"}
 
 
@@ -131,7 +131,8 @@ def test_hybrid_sharded_zero2_verified():
 @pytest.mark.slow
 @pytest.mark.parametrize("name,world,dp", [("tp_mlp_train", 2, 1), ("tp_mlp_train", 2, 2), ("sp_mlp_train", 2, 1),
                                          ("tp_mlp_train", 4, 2),  # dp2 x tp2: ranks' graphs differ
-                                         ("vocab_parallel_lm_train", 2, 1), ("gqa_attention_train", 2, 1)])
+                                         ("vocab_parallel_lm_train", 2, 1), ("gqa_attention_train", 2, 1),
+                                         ("fsdp2_mlp_train", 2, 2)])  # FSDP2: flat buffers, padding, fsdp ops
 def test_training_mutants_never_verify_wrongly(name, world, dp):
     """Soundness on joint graphs: a mutated step (a collective dropped, its reduce op or a
     constant changed) is verified only if it is numerically equivalent."""

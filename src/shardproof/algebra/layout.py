@@ -156,7 +156,7 @@ def slice_(terms: TermStore, val: Val, dim: int, start, stop, step: int = 1) -> 
     new = v[slice(start, stop, step)]
     vecs = list(val.vecs)
     vecs[dim] = canon_vec(new, ts[dim])
-    return _settled(terms, within_piece(terms, Val(val.t, tuple(vecs)), dim))
+    return _settled(terms, _within_viewed_cat(terms, within_piece(terms, Val(val.t, tuple(vecs)), dim)))
 
 
 def take(terms: TermStore, val: Val, dim: int, index: np.ndarray) -> Val:
@@ -165,7 +165,7 @@ def take(terms: TermStore, val: Val, dim: int, index: np.ndarray) -> Val:
     v = vec_array(val.vecs[dim], ts[dim])
     vecs = list(val.vecs)
     vecs[dim] = canon_vec(v[np.asarray(index, dtype=np.int64)], ts[dim])
-    return _settled(terms, within_piece(terms, Val(val.t, tuple(vecs)), dim))
+    return _settled(terms, _within_viewed_cat(terms, within_piece(terms, Val(val.t, tuple(vecs)), dim)))
 
 
 def unmaterialize(terms: TermStore, val: Val) -> Val:
@@ -193,9 +193,57 @@ def within_piece(terms: TermStore, val: Val, dim: int) -> Val:
         if at <= v.min() and v.max() < at + size:
             vecs = list(val.vecs)
             vecs[dim] = canon_vec(v - at, size)
-            return unmaterialize(terms, Val(piece, tuple(vecs)))
+            inner = unmaterialize(terms, Val(piece, tuple(vecs)))
+            return within_piece(terms, inner, dim)  # the piece (or what it gathers from) may be a cat too
         at += size
-    return val
+    joined = concat(terms, piece_runs(terms, val, dim), dim)  # runs of several pieces: one layout again?
+    return joined if terms[joined.t].op not in ("cat", "take") else val
+
+
+def piece_runs(terms: TermStore, val: Val, dim: int) -> list[Val]:
+    """A selection of ``cat(p_0, p_1, ...)`` along its dim `dim`, cut into its runs within
+    each piece (in order): each a selection of that piece. Runs that are selections of one
+    term join again (FSDP's flat shards of a parameter, all-gathered between other
+    parameters' shards, are that parameter)."""
+    term = terms[val.t]
+    v = vec_array(val.vecs[dim], terms.shape(val.t)[dim])
+    starts = np.cumsum([0] + [terms.shape(c)[dim] for c in term.children[:-1]])
+    which = np.searchsorted(starts, v, side="right") - 1
+    runs = []
+    for idx in np.split(np.arange(len(v)), np.flatnonzero(np.diff(which)) + 1):
+        k = int(which[idx[0]])
+        piece = term.children[k]
+        vecs = list(val.vecs)
+        vecs[dim] = canon_vec(v[idx] - starts[k], terms.shape(piece)[dim])
+        runs.append(_within_viewed_cat(terms, within_piece(terms, unmaterialize(terms, Val(piece, tuple(vecs))), dim)))
+    return runs
+
+
+def _within_viewed_cat(terms: TermStore, val: Val) -> Val:
+    """A selection of a reshaped ``cat`` whose elements are, in order, a grid of the cat:
+    with one index on every dim before the cat dim, the pieces' selections flattened one
+    after another (a row of FSDP's reduce-scatter buffer: each gradient's chunk in turn,
+    zero padding included); else a grid inside one piece is that piece's selection."""
+    term = terms[val.t]
+    if term.op != "reshape" or terms[term.children[0]].op != "cat" or prod(shape_of(terms, val)) > MAX_MAPPED:
+        return val
+    inner = term.children[0]
+    shape = terms.shape(inner)
+    flat = _flat_positions(terms, val).ravel()
+    coords = np.unravel_index(flat, shape)
+    vecs = [c[np.sort(np.unique(c, return_index=True)[1])] for c in coords]
+    if not np.array_equal(np.ravel_multi_index(np.ix_(*vecs), shape).ravel(), flat):
+        return val
+    sel = Val(inner, tuple(canon_vec(v, s) for v, s in zip(vecs, shape)))
+    dim = terms[inner].attrs[0]
+    if all(len(v) == 1 for v in vecs[:dim]):  # then the pieces' elements follow each other in row-major order
+        runs = [reshape(terms, run, (prod(shape_of(terms, run)),)) for run in piece_runs(terms, sel, dim)]
+        line = concat(terms, runs, 0) if len(runs) > 1 else runs[0]
+        return reshape(terms, line, shape_of(terms, val))
+    piece = within_piece(terms, sel, dim)
+    if terms[piece.t].op in ("cat", "take"):
+        return val
+    return reshape(terms, piece, shape_of(terms, val))
 
 
 def select(terms: TermStore, val: Val, dim: int, index: int) -> Val:

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .compute import pair_set, scale
-from .layout import Val, materialize, same_vec, view_term
+from .layout import Val, concat, materialize, same_vec, unmaterialize, view_term
 from .terms import TermStore
 
 # op -> which child positions a sum over ranks distributes into
@@ -125,8 +125,26 @@ def extreme_terms(terms: TermStore, ts: list[int], kind: str) -> int:
     return terms.make(f"{kind}_ranks", (), tuple(ts), terms[ts[0]].shape)
 
 
+def _aligned_cats(terms: TermStore, vals: list[Val]):
+    """(dim, per-rank pieces) when every value is a whole ``cat`` along one dim with the
+    same piece sizes (a flat buffer of several tensors, e.g. FSDP's reduce-scatter input)."""
+    cats = [terms[v.t] for v in vals]
+    if any(c.op != "cat" or any(x is not None for x in v.vecs) for c, v in zip(cats, vals)):
+        return None
+    dim = cats[0].attrs[0]
+    sizes = [[terms.shape(p)[dim] for p in c.children] for c in cats]
+    if any(c.attrs[0] != dim or s != sizes[0] for c, s in zip(cats, sizes)):
+        return None
+    return dim, [[unmaterialize(terms, Val(p, (None,) * len(v.vecs))) for p in c.children] for c, v in zip(cats, vals)]
+
+
 def combine(terms: TermStore, vals: list[Val], reduce_op: str) -> Val:
-    """The value an all_reduce with `reduce_op` produces from the ranks' values."""
+    """The value an all_reduce with `reduce_op` produces from the ranks' values. Reductions
+    are elementwise, so aligned concatenations reduce piece by piece."""
+    aligned = _aligned_cats(terms, vals)
+    if aligned is not None:
+        dim, pieces = aligned
+        return concat(terms, [combine(terms, [p[k] for p in pieces], reduce_op) for k in range(len(pieces[0]))], dim)
     first = vals[0]
     if not all(len(v.vecs) == len(first.vecs) and all(same_vec(a, b) for a, b in zip(v.vecs, first.vecs))
                for v in vals):

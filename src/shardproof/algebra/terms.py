@@ -47,6 +47,8 @@ class TermStore:
             if out is not None:
                 return out
         key = (op, attrs, tuple(children))
+        if not children:  # a leaf's value depends on its shape too (a fill of 0 as (1,) is not as (1, 1))
+            key += (tuple(int(s) for s in shape),)
         tid = self._ids.get(key)
         if tid is None:
             tid = len(self.terms)

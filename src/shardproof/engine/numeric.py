@@ -39,11 +39,20 @@ def _eval_collective(nodes, args):
 MAX_ELEMENTS = 1 << 25  # per tensor (256 MiB of float64): beyond that, no numeric evidence
 
 
+def _tensor_types(ty):
+    """The tensor types of an output type (tuples nest for list outputs)."""
+    if isinstance(ty, tuple):
+        for t in ty:
+            yield from _tensor_types(t)
+    elif ty is not None:
+        yield ty
+
+
 def _too_large(graphs) -> str | None:
     for g in graphs:
         for n in g.nodes:
-            for ty in (n.type if isinstance(n.type, tuple) else (n.type,)):
-                if ty is not None and ty.numel > MAX_ELEMENTS:
+            for ty in _tensor_types(n.type):
+                if ty.numel > MAX_ELEMENTS:
                     return f"{n.name} has {ty.numel:,} elements"
     return None
 

@@ -27,14 +27,14 @@ class SymbolicRun:
 
 
 def _opaque(terms: TermStore, node: Node, rank) -> object:
-    def one(ty, i):
-        t = terms.make("opaque", (node.op, node.name, rank, i), (), ty.shape)
-        return full(terms, t)
-    if isinstance(node.type, tuple):
-        return tuple(None if ty is None else one(ty, i) for i, ty in enumerate(node.type))
-    if node.type is None:
-        return None
-    return one(node.type, 0)
+    def one(ty, path):
+        if isinstance(ty, tuple):  # a list output (e.g. an out= list of a functionalized op)
+            return tuple(one(t, path + (i,)) for i, t in enumerate(ty))
+        if ty is None:
+            return None
+        return full(terms, terms.make("opaque", (node.op, node.name, rank, path[0] if len(path) == 1 else path), (),
+                                      ty.shape))
+    return one(node.type, ()) if isinstance(node.type, tuple) else one(node.type, (0,))
 
 
 def _evaluator(terms: TermStore, inputs: dict[str, Val], unsupported: list, world: int, label):

@@ -616,20 +616,25 @@ def _packed(relater: Relater, v: Val, peers: list | None) -> Optional[Related]:
     as a partial sum across the ranks (a flattened gradient bucket): a legitimate
     intermediate, whose slices relate again where they cut the pieces back out."""
     terms = relater.terms
-    term = terms[v.t]
+
+    def unviewed(t: int):  # a view of a whole concatenation holds the same elements (a flat buffer)
+        while terms[t].op in VIEW_TERMS:
+            t = terms[t].children[0]
+        return terms[t]
+    term = unviewed(v.t)
     if term.op != "cat" or any(x is not None for x in v.vecs) or peers is None:
         return None
-    peer_terms = [terms[p.t] if isinstance(p, Val) else None for p in peers]
+    peer_terms = [unviewed(p.t) if isinstance(p, Val) and all(x is None for x in p.vecs) else None for p in peers]
     if any(p is None or p.op != "cat" or len(p.children) != len(term.children) for p in peer_terms):
         return None
-    first = None
+    first, partial = None, None
     for i, child in enumerate(term.children):
         whole = lambda t: full(terms, t)  # noqa: E731
         rel = relater.direct(whole(child)) or relater.partial([whole(p.children[i]) for p in peer_terms])
         if rel is None:
             return None
-        first = first or rel
-    return Related(first.seq_node, None, kind="packed")
+        first, partial = first or rel, partial or rel.partial
+    return Related(first.seq_node, None, partial=partial, kind="packed")  # partial: pieces the ranks must sum
 
 
 LOCAL_PIECES = {"lookup_in", "range_lookup"}  # lemma forms: a rank's piece of a sum over ranks

@@ -105,8 +105,16 @@ _REDUCE_OPS = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min", "PRODUCT"
 
 
 def _reduce_name(op) -> str:
-    name = getattr(op, "name", None) or str(op).split(".")[-1]
+    name = getattr(op, "name", None) or str(getattr(op, "op", op)).split(".")[-1]
     return _REDUCE_OPS.get(str(name).upper(), str(name).lower())
+
+
+def _premultiplied(tensor, op):
+    """(input, reduce op name): ``ReduceOp.PREMUL_SUM(f)`` (FSDP2's custom gradient divide
+    factor) is a sum of the inputs multiplied by f."""
+    if _reduce_name(op) == "premul_sum":
+        return tensor * op.factor, "sum"
+    return tensor, _reduce_name(op)
 
 
 def _group_name(group) -> str:
@@ -148,13 +156,14 @@ class _InPlaceCollective(torch.autograd.Function):
 
 
 def _all_reduce(fc, tensor, op=dist.ReduceOp.SUM, group=None):
-    reduce = lambda t: fc.wait_tensor(fc.all_reduce(t, _reduce_name(op), _group_name(group)))  # noqa: E731
+    reduce = lambda t: fc.wait_tensor(fc.all_reduce(*_premultiplied(t, op), _group_name(group)))  # noqa: E731
     tensor.copy_(_InPlaceCollective.apply(tensor, reduce))
 
 
 def _all_gather_into_tensor(fc, output, input, group=None):
+    """Also ``all_gather_single``; the output may be the concatenation or the stack of the inputs."""
     n = dist.get_world_size(group)
-    output.copy_(fc.wait_tensor(fc.all_gather_into_tensor(input.contiguous(), n, _group_name(group))))
+    output.copy_(fc.wait_tensor(fc.all_gather_into_tensor(input.contiguous(), n, _group_name(group))).view(output.shape))
 
 
 def _all_gather(fc, tensor_list, tensor, group=None):
@@ -165,8 +174,11 @@ def _all_gather(fc, tensor_list, tensor, group=None):
 
 
 def _reduce_scatter_tensor(fc, output, input, op=dist.ReduceOp.SUM, group=None):
+    """Also ``reduce_scatter_single``; the input may be the concatenation or the stack of the outputs."""
     n = dist.get_world_size(group)
-    output.copy_(fc.wait_tensor(fc.reduce_scatter_tensor(input.contiguous(), _reduce_name(op), n, _group_name(group))))
+    input, reduce_op = _premultiplied(input.contiguous(), op)
+    scattered = fc.reduce_scatter_tensor(input, reduce_op, n, _group_name(group))
+    output.copy_(fc.wait_tensor(scattered).view(output.shape))
 
 
 def _all_to_all_single(fc, output, input, output_split_sizes=None, input_split_sizes=None, group=None):
@@ -186,6 +198,7 @@ _INPLACE = {
     "all_reduce": _all_reduce, "all_gather_into_tensor": _all_gather_into_tensor, "all_gather": _all_gather,
     "reduce_scatter_tensor": _reduce_scatter_tensor, "all_to_all_single": _all_to_all_single,
     "broadcast": _broadcast,
+    "all_gather_single": _all_gather_into_tensor, "reduce_scatter_single": _reduce_scatter_tensor,  # FSDP2's
 }
 
 
@@ -193,10 +206,10 @@ _INPLACE = {
 def functional_collectives():
     """Route ``torch.distributed``'s in-place collectives to ``_c10d_functional`` ops while
     tracing; ``make_fx`` would otherwise record them as opaque, mutating ``c10d`` ops."""
-    saved = {name: getattr(dist, name) for name in _INPLACE}
+    saved = {name: getattr(dist, name) for name in _INPLACE if hasattr(dist, name)}
     try:
-        for name, impl in _INPLACE.items():
-            setattr(dist, name, _functional(impl))
+        for name in saved:
+            setattr(dist, name, _functional(_INPLACE[name]))
         yield
     finally:
         for name, fn in saved.items():
@@ -353,8 +366,9 @@ def _op_name(target) -> str:
 def _type_of(val):
     if isinstance(val, torch.Tensor):
         return TensorType(tuple(int(s) for s in val.shape), DTYPES.get(val.dtype, str(val.dtype)))
-    if isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val):
-        return tuple(_type_of(v) for v in val)
+    if isinstance(val, (tuple, list)):
+        types = tuple(_type_of(v) for v in val)
+        return types if any(t is not None for t in types) else None
     return None
 
 
@@ -388,6 +402,10 @@ def from_fx(fx_graph, input_names: list[str], output_names: list[str], label: st
         elif fx_node.op == "call_function":
             op = _op_name(fx_node.target)
             args = _convert(fx_node.args, env)
+            if fx_node.target is torch.ops.higher_order.auto_functionalized:
+                # a mutating custom op, functionalized: output 0 is the op's return, then the new
+                # values of the arguments it mutates (the op's rule computes them)
+                op, args = _op_name(fx_node.args[0]), ()
             kwargs = {k: _convert(v, env) for k, v in fx_node.kwargs.items() if k not in _DROPPED_KWARGS}
             if op.startswith("_c10d_functional.") and args and isinstance(args[-1], str):
                 args = args[:-1] + (group_ranks(args[-1]),)

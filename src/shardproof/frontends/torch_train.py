@@ -9,6 +9,7 @@ recorded like any other op. Parameters, buffers, optimizer state and data are gr
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import traceback
 from typing import Any, Callable
@@ -24,6 +25,7 @@ from ..case import SGD, AdamW, Train
 from ..ir.graph import Graph
 from .torch_capture import (CaptureError, as_dtensor, dtensor_specs, fake_world, from_fx, functional_collectives,
                             innermost_user_frame, local_tensor, user_stack_traces)
+from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
 
 STATE_SEP = ":"
 
@@ -181,7 +183,10 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
     names = list(inputs)
     params = [n for n, _ in program.named_parameters()]
     buffers = [n for n, _ in program.named_buffers()]
-    specs = dtensor_specs(program)
+    fsdp = fsdp_params(program)  # FSDP2 holds these shards itself: loaded into it, not swapped
+    if fsdp:
+        lazy_init(program)
+    specs = {n: spec for n, spec in dtensor_specs(program).items() if n not in fsdp}
     output_names: list[str] = []
 
     def as_program_sees(value, param):
@@ -190,8 +195,10 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
     def flat_fn(*flat):
         values = dict(zip(names, flat))
         with torch.enable_grad():
+            for n, fsdp_param in fsdp.items():
+                load_shard(fsdp_param, values[n])
             swapped = {n: as_program_sees(values[n].requires_grad_(True) if n in params else values[n], n)
-                       for n in params + buffers}
+                       for n in params + buffers if n not in fsdp}
             state = {p: {s: as_program_sees(values[f"{s}{STATE_SEP}{p}"], p)
                          for s in (train.optimizer.state_names if train.optimizer else ())} for p in params}
             batch = {n: values[n] for n in data}
@@ -201,7 +208,8 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
         return [local_tensor(o).detach() if isinstance(o, torch.Tensor) else o for o in outs.values()]
 
     try:
-        with functional_collectives(), user_stack_traces(), fx_traceback.preserve_node_meta(), ForwardLines():
+        with functional_collectives(), user_stack_traces(), fx_traceback.preserve_node_meta(), ForwardLines(), \
+                fsdp_tracing() if fsdp else contextlib.nullcontext():
             gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
                          record_stack_traces=True)(*inputs.values())
     except CaptureError:

@@ -44,9 +44,11 @@ declare(C + "all_gather_into_tensor",
 
 
 def _reduce_scatter_rule(ctx, vals, op, n, group):
-    whole = combine(ctx.terms, vals, op)
-    size = layout.shape_of(ctx.terms, whole)[0]
-    return [layout.slice_(ctx.terms, whole, 0, lo, hi) for lo, hi in _blocks(size, len(vals))]
+    """Each rank's block reduced over the ranks (the same as the block of the reduction;
+    cutting first lets a block that is one piece of a concatenated buffer be that piece)."""
+    size = layout.shape_of(ctx.terms, vals[0])[0]
+    return [combine(ctx.terms, [layout.slice_(ctx.terms, v, 0, lo, hi) for v in vals], op)
+            for lo, hi in _blocks(size, len(vals))]
 
 
 def _reduce_scatter_num(arrays, op, n, group):
