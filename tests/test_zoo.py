@@ -72,12 +72,22 @@ def test_unknown_op_is_unknown_not_verified():
     assert case.meta["unknown_op"] in report.reason
 
 
+TRAIN_SAMPLE = {"train/tp_mlp_train", "train/bugs/loss_mean_per_microbatch"}  # the other training cases:
+# tests/test_training.py runs each against the same meta (running them twice would double make test)
+
+
 @pytest.mark.slow
 def test_zoo_command_judges_every_case_against_its_meta():
-    """`shardproof zoo` runs the catalogue: every case as its meta expects, bugs located."""
-    results = [run_zoo_case(importlib.import_module(os.path.splitext(os.path.basename(p))[0]).case(), entry_name(p))
-               for p in catalogue(ZOO)]
+    """`shardproof zoo` runs the catalogue: every case as its meta expects, bugs located,
+    pending ones listed with the feature they need (training cases: a sample, see above)."""
+    cases = [(entry_name(p), importlib.import_module(os.path.splitext(os.path.basename(p))[0]).case())
+             for p in catalogue(ZOO)]
+    assert all(case.meta.get("source") for _, case in cases), "every zoo case names its source"
+    results = [run_zoo_case(case, name) for name, case in cases
+               if not name.startswith("train/") or name in TRAIN_SAMPLE or case.meta.get("pending")]
     assert [r.name for r in results if not r.ok] == []
+    assert {r.name for r in results} >= TRAIN_SAMPLE
     bugs = [r for r in results if r.expected.verdict == "violation"]
-    assert len(bugs) >= 35 and all(r.located for r in bugs)
-    assert all(r.source for r in results), "every zoo case names its source"
+    assert len(bugs) >= 25 and all(r.located for r in bugs)
+    pending = [r for r in results if r.expected.verdict == "pending"]
+    assert pending and all("needs" in r.expected.detail for r in pending)

@@ -28,5 +28,5 @@ class MissingBackwardReduce(TrainParallelLlamaBlock):
 def case(world_size: int = 4):
     return llama_case(world_size, dp=2, model=MissingBackwardReduce, name="verdict05_missing_backward_reduce_fused_qkv",
                       meta={"source": "VERDICT repro 5: missing backward reduce in a fused op",
-                            "bug_op": "aten.add", "bug_ranks": "all", "bug": "missing-gradient-reduction",
-                            "bug_node": "add_13", "bug_source": "mini_megatron.py"})
+                            "bug_op": "aten.mul", "bug_ranks": "all", "bug": "missing-gradient-reduction",
+                            "bug_node": "mul_29", "bug_source": "llama_block.py"})
