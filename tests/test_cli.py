@@ -82,3 +82,14 @@ def test_relations_file_expect_section_for_a_case(tmp_path):
     f.write_text("constants:\n  c: 1\n")
     p = run("verify", "src/shardproof/zoo/tp_mlp.py", "--relations", str(f))
     assert p.returncode == 3 and "are for graph dumps" in " ".join(p.stderr.split()), p.stderr
+
+
+def test_mutants_command_prints_the_kill_rate(tmp_path):
+    out = tmp_path / "mutants.json"
+    p = run("mutants", "src/shardproof/zoo/tp_mlp.py", "--json", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    report = json.loads(out.read_text())
+    totals = report["totals"]
+    live = sum(totals.values()) - totals.get("equivalent", 0)
+    assert report["kill_rate"] == round(totals["killed"] / live, 4)
+    assert f"kill rate: {report['kill_rate']:.1%}" in p.stdout

@@ -8,13 +8,21 @@ from rich.console import Console
 from rich.table import Table
 
 
+def kill_rate(outcomes: list) -> float:
+    """Killed mutants over those not proved equivalent (an equivalent mutant is no bug to kill)."""
+    c = Counter(o.outcome for o in outcomes)
+    live = len(outcomes) - c["equivalent"]
+    return c["killed"] / live if live else 1.0
+
 
 def mutants_json(results: dict[str, list]) -> dict:
     """{case: [outcomes]} as the JSON contract: totals and one entry per mutant."""
     rows = [{"case": case, "operator": o.mutant.operator, "mutant": o.mutant.what, "node": o.mutant.node,
              "ranks": o.mutant.ranks, "verdict": o.verdict, "outcome": o.outcome, "finding": o.finding,
              "seconds": round(o.seconds, 3)} for case, outs in results.items() for o in outs]
-    return {"totals": dict(Counter(r["outcome"] for r in rows)), "mutants": rows}
+    every = [o for outs in results.values() for o in outs]
+    return {"totals": dict(Counter(r["outcome"] for r in rows)), "kill_rate": round(kill_rate(every), 4),
+            "mutants": rows}
 
 
 def _table(title: str, key: str, rows: dict[str, list]) -> Table:
@@ -41,6 +49,8 @@ def render_mutants(results: dict[str, list], console: Console | None = None) -> 
     console.print(_table("mutants by case", "case", {**results, "total": every}))
     console.print(_table("mutants by operator", "operator", dict(by_operator)))
     totals = Counter(o.outcome for o in every)
+    console.print(f"kill rate: {kill_rate(every):.1%} ({totals['killed']} killed of the "
+                  f"{len(every) - totals['equivalent']} mutants not proved equivalent)")
     for case, outcomes in results.items():
         for o in outcomes:
             if o.outcome == "survived":
