@@ -36,6 +36,12 @@ class TrainSequenceParallelBlock(MegatronTraining, SequenceParallelBlock):
         return super().result(all_reduce(loss, self.mesh.tp_group), params, grads, state, train)
 
 
+def sequence_batch() -> dict:
+    """Sequence-first inputs, regression targets and a token mask."""
+    return {"x": torch.randn(SEQ, BATCH, HIDDEN), "target": torch.randn(SEQ, BATCH, HIDDEN),
+            "mask": (torch.rand(SEQ, BATCH) > 0.3).long()}
+
+
 def shard_sequence(rank, world, inputs):
     return {k: v.chunk(world, 0)[rank] for k, v in inputs.items()}
 
@@ -46,8 +52,6 @@ def case(world_size: int = 2, dp: int = 1, model=TrainSequenceParallelBlock, tra
     assert dp == 1, "this example is tensor/sequence parallel only"
     torch.manual_seed(0)
     full = Block()
-    inputs = {"x": torch.randn(SEQ, BATCH, HIDDEN), "target": torch.randn(SEQ, BATCH, HIDDEN),
-              "mask": (torch.rand(SEQ, BATCH) > 0.3).long()}
-    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, world), inputs=inputs,
+    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, world), inputs=sequence_batch(),
                 dist_inputs=shard_sequence, world_size=world_size, train=train, name=name,
                 meta=meta or {"source": "Megatron SP training step"})

@@ -14,7 +14,8 @@ import torch
 
 from mini_megatron import MegatronTraining, all_reduce, token_mean_loss
 from shardproof import AdamW, Case, Train
-from sp_mlp import BATCH, HIDDEN, SEQ, Block
+from sp_mlp import Block
+from sp_mlp_train import sequence_batch, shard_sequence
 
 MESHES = ((1, 2),)  # (dp, sp)
 TRAIN = Train(loss=token_mean_loss, optimizer=AdamW(lr=1e-2), microbatches=2, grad_clip=0.5)
@@ -44,18 +45,12 @@ class TrainSequenceParallelReplicated(MegatronTraining, ReplicatedBlock):
         return super().result(all_reduce(loss, self.mesh.tp_group), params, grads, state, train)
 
 
-def shard_sequence(rank, world, inputs):
-    return {k: v.chunk(world, 0)[rank] for k, v in inputs.items()}
-
-
 def case(world_size: int = 2, dp: int = 1, model=TrainSequenceParallelReplicated, train=TRAIN,
          name="sp_replicated_train", meta=None) -> Case:
     """Sequence parallel over all ranks (`dp` must be 1)."""
     assert dp == 1, "this example is sequence parallel only"
     torch.manual_seed(0)
     full = Block()
-    inputs = {"x": torch.randn(SEQ, BATCH, HIDDEN), "target": torch.randn(SEQ, BATCH, HIDDEN),
-              "mask": (torch.rand(SEQ, BATCH) > 0.3).long()}
-    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, world), inputs=inputs,
+    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, world), inputs=sequence_batch(),
                 dist_inputs=shard_sequence, world_size=world_size, train=train, name=name,
                 meta=meta or {"source": "DeepSpeed sequence parallel (Ulysses) gradient averaging"})
