@@ -458,7 +458,7 @@ def _ce_grad_case(sign=-1.0):
         return A._log_softmax_backward_data(g, logp, 1, torch.float32)
 
     def local(x, t, c):
-        rank, n = dist.get_rank(), dist.get_world_size()
+        rank = dist.get_rank()
         lo, hi = rank * x.shape[1], (rank + 1) * x.shape[1]
         mask = (t < lo) | (t >= hi)
         idx = t - lo
