@@ -1,8 +1,7 @@
 """A training step of the GPT-2 block (src/shardproof/zoo/gpt2_block.py) under PyTorch FSDP2
 (``fully_shard``), data parallel over every rank, torchtitan-style (see mini_fsdp.py): the
 attention and the MLP are FSDP units, the layer norms stay with the root unit; 2
-microbatches, SGD with momentum. (Not AdamW: attention leaves some gradient entries exactly
-zero, where AdamW's m / sqrt(v) magnifies float rounding beyond any numeric cross-check.)
+microbatches, AdamW (mini_fsdp.py does not clip).
 
     shardproof verify src/shardproof/zoo/train/fsdp2_gpt2_block_train.py --world-size 4
 """
@@ -12,10 +11,10 @@ from gpt2_block import GPT2Block
 from gpt2_block_train import BATCH, SEQ, SMALL_HEADS, SMALL_HIDDEN
 from mini_fsdp import FSDPTraining, data_shard
 from mini_megatron import regression_batch, token_mean_loss
-from shardproof import SGD, Case, Train
+from shardproof import AdamW, Case, Train
 
 MESHES = ((4, 1),)  # (dp, tp): FSDP over every rank
-TRAIN = Train(loss=token_mean_loss, optimizer=SGD(lr=0.1, momentum=0.9), microbatches=2)
+TRAIN = Train(loss=token_mean_loss, optimizer=AdamW(lr=1e-2), microbatches=2)
 
 
 class FSDPGPT2Block(FSDPTraining, GPT2Block):
