@@ -45,10 +45,6 @@ def _steps():
 def test_training_step_verified(module, world, options):
     p = prepare(module.case(world, **options), world)
     report = verify_prepared(p)
-    if hasattr(module, "KNOWN_GAP"):  # a documented limitation: must stay unknown, never verified
-        assert report.status == "unknown", report.status
-        assert cross_check(p) == []
-        return
     assert report.status == "verified", (report.reason, [f.message for f in report.findings])
     assert report.strength == "proof"
     assert report.parameters, "a training step reports each parameter's gradient relation"

@@ -35,10 +35,6 @@ def _cases(folder):
 def test_model_verified(module, world):
     p = prepare(module.case(world), world)
     report = verify_prepared(p)
-    if hasattr(module, "KNOWN_GAP"):  # a documented limitation: must stay unknown, never verified
-        assert report.status == "unknown", report.status
-        assert cross_check(p) == []
-        return
     assert report.status == "verified", (report.reason, [f.message for f in report.findings])
     assert report.strength == "proof"
     assert cross_check(p) == [], "proved equal but numerically different: an unsound rule"
