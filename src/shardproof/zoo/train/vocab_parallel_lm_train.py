@@ -12,13 +12,13 @@ whole vocabulary (``F.cross_entropy``), masked and divided by the batch's token 
     shardproof verify src/shardproof/zoo/train/vocab_parallel_lm_train.py --world-size 4
 """
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
 from mini_megatron import MegatronTraining, dp_shard
 from shardproof import AdamW, Case, Train
 from tensor_parallel import TensorParallel
+from vocab_parallel_cross_entropy import vocab_parallel_cross_entropy
 from vocab_parallel_embedding import DIM, VOCAB, Embedding, VocabParallelEmbedding
 
 BATCH, SEQ, FFN = 4, 3, 16
@@ -73,26 +73,8 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, vocab_parallel_logits, target, group, rank):
-        logits_max = torch.max(vocab_parallel_logits, dim=-1)[0]
-        dist.all_reduce(logits_max, op=dist.ReduceOp.MAX, group=group)
-        vocab_parallel_logits = vocab_parallel_logits - logits_max.unsqueeze(dim=-1)
-        partition_vocab_size = vocab_parallel_logits.size(-1)
-        vocab_start_index = rank * partition_vocab_size
-        vocab_end_index = vocab_start_index + partition_vocab_size
-        target_mask = (target < vocab_start_index) | (target >= vocab_end_index)
-        masked_target = target.clone() - vocab_start_index
-        masked_target[target_mask] = 0
-        logits_2d = vocab_parallel_logits.view(-1, partition_vocab_size)
-        masked_target_1d = masked_target.view(-1)
-        arange_1d = torch.arange(start=0, end=logits_2d.size()[0], device=logits_2d.device)
-        predicted_logits_1d = logits_2d[arange_1d, masked_target_1d].clone().contiguous()
-        predicted_logits = predicted_logits_1d.view_as(target)
-        predicted_logits[target_mask] = 0.0
-        dist.all_reduce(predicted_logits, group=group)
-        exp_logits = torch.exp(vocab_parallel_logits)
-        sum_exp_logits = exp_logits.sum(dim=-1)
-        dist.all_reduce(sum_exp_logits, group=group)
-        loss = torch.log(sum_exp_logits) - predicted_logits
+        loss, exp_logits, sum_exp_logits, target_mask, masked_target_1d = vocab_parallel_cross_entropy(
+            vocab_parallel_logits, target, rank, group)
         softmax = exp_logits / sum_exp_logits.unsqueeze(dim=-1)
         ctx.save_for_backward(softmax, target_mask, masked_target_1d)
         return loss
