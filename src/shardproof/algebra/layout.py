@@ -526,8 +526,9 @@ def _selection_of_built_cat(terms: TermStore, vals: Sequence[Val], dim: int, kee
     if all(v.vecs[dim] is None for v in vals):
         return None
     wholes = [materialize(terms, v, [d for d in range(nd) if d not in keep and d != dim]) for v in vals]
-    for t, term in enumerate(terms.terms):
-        if term.op != "cat" or term.attrs != (dim,) or len(term.children) != len(wholes):
+    for t in terms.of_op("cat"):
+        term = terms[t]
+        if term.attrs != (dim,) or len(term.children) != len(wholes):
             continue
         joined, at = [], 0
         for child, w in zip(term.children, wholes):

@@ -38,6 +38,7 @@ class TermStore:
     def __init__(self) -> None:
         self.terms: list[Term] = []
         self._ids: dict[tuple, int] = {}
+        self._by_op: dict[str, list[int]] = {}
 
     def make(self, op: str, attrs: tuple, children: tuple[int, ...], shape) -> int:
         if op in COMMUTATIVE:
@@ -54,7 +55,12 @@ class TermStore:
             tid = len(self.terms)
             self.terms.append(Term(op, attrs, tuple(children), tuple(int(s) for s in shape)))
             self._ids[key] = tid
+            self._by_op.setdefault(op, []).append(tid)
         return tid
+
+    def of_op(self, op: str) -> list[int]:
+        """The ids of the terms built with `op`, oldest first (no scan of the whole store)."""
+        return self._by_op.get(op, [])
 
     def lookup(self, op: str, attrs: tuple, children: tuple[int, ...]) -> int | None:
         return self._ids.get((op, attrs, tuple(children)))
