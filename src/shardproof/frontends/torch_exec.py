@@ -1,0 +1,376 @@
+"""Execute graph dumps and HLO / StableHLO modules with torch's own kernels: an
+independent confirmation of what the proof and the numpy numerics say.
+
+Every node runs as PyTorch would run it:
+
+* ATen and prims nodes call ``torch.ops.<ns>.<op>`` (the overload is resolved by torch
+  from the arguments, as the dump printed them);
+* XLA ops, framework custom ops (apex, vLLM, Neuron custom calls) and Python operators
+  run the torch implementations of :mod:`.torch_exec_ops` (one entry per op);
+* collectives are computed across the ranks' values in lockstep
+  (:func:`shardproof.engine.lockstep.run_lockstep`: matched per group in program order, as
+  a process group matches them), with the groups and reduce ops the IR records;
+* a node whose op has none of these raises :class:`NotExecutable` (the caller reports
+  "not confirmed"); so do random ops (dropout with p > 0: no two programs draw the same
+  mask), constants whose value the dump does not print, and any node torch refuses or
+  whose result does not have the graph's shape.
+
+Dtypes. Float values are *held in float64*: a float32 graph is executed in float64, so that
+the single-device and distributed results differ only by float64 rounding. Low-precision
+floats (f16, bf16) keep their semantics where the graph casts to them: the result of a
+cast (``_to_copy``, ``xla.convert``, any op given a ``dtype``) is rounded to that format
+(``round_low_precision="every"`` rounds every f16/bf16 node, as stored tensors would be).
+Integer and bool values keep their exact dtype, and every result is brought to the dtype
+the graph declares for it (so an HLO ``divide`` of s32 values truncates).
+
+``torch.empty``-like buffers are filled with NaN: a program that reads uninitialized memory
+propagates NaN instead of agreeing by luck.
+
+Values are freed after their last use. :func:`estimate_bytes` gives the peak a run needs
+(before allocating anything), so callers can refuse graphs too large to execute here.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..engine.lockstep import run_lockstep
+from ..ir.graph import DistributedProgram, Graph, Node, TensorType
+from .torch_exec_ops import COLLECTIVES, FRAMEWORK, HELD, LOW_PRECISION, PYTHON, XLA
+
+__all__ = ["NotExecutable", "execute", "estimate_bytes", "draw_inputs", "draw_program_inputs"]
+
+
+class NotExecutable(RuntimeError):
+    """A node this executor cannot run (or that torch refuses): the programs are not
+    confirmed by execution. `op` is the node's op, `node` its name."""
+
+    def __init__(self, op: str, reason: str = "", node: str | None = None):
+        self.op, self.reason, self.node = op, reason, node
+        where = f" at %{node}" if node else ""
+        super().__init__(f"{op}{where}: {reason}" if reason else f"{op}{where}")
+
+
+RANDOM = {"aten.native_dropout", "aten.dropout", "aten.bernoulli", "aten.rand", "aten.randn", "aten.rand_like",
+          "aten.randn_like", "aten.randint", "aten.randint_like", "aten.normal", "aten.uniform", "aten.randperm",
+          "aten.multinomial", "aten.rrelu", "aten.rrelu_with_noise", "aten.exponential", "aten.geometric",
+          "aten.cauchy", "aten.log_normal", "aten.random", "prims.inductor_random", "prims.inductor_seeds"}
+EMPTY = {"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
+         "aten.empty_permuted"}
+CASTS = {"aten._to_copy", "aten.to", "aten.type_as", "prims.convert_element_type", "xla.convert",
+         "aten._autocast_to_reduced_precision", "aten._autocast_to_full_precision"}
+
+
+# ------------------------------------------------------------------ one node
+
+
+def _dtype_arg(value):
+    """Dump dtype strings (``"f32"``) become the torch dtype the value is held in."""
+    if isinstance(value, str) and value in HELD:
+        return HELD[value]
+    if isinstance(value, list):
+        return [_dtype_arg(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_dtype_arg(v) for v in value)
+    return value
+
+
+def _aten(op: str):
+    ns, _, name = op.partition(".")
+    if ns not in ("aten", "prims") or not name:
+        return None
+    try:
+        return getattr(getattr(torch.ops, ns), name)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _deterministic_dropout(op: str, args, kwargs) -> bool:
+    """dropout with p = 0 or outside training draws nothing."""
+    if op not in ("aten.native_dropout", "aten.dropout"):
+        return False
+    p = kwargs.get("p", args[1] if len(args) > 1 else None)
+    train = kwargs.get("train", args[2] if len(args) > 2 else True)
+    return p == 0 or train is False
+
+
+def _run_op(node: Node, args, kwargs):
+    op = node.op
+    if op in XLA or op in FRAMEWORK:
+        return (XLA.get(op) or FRAMEWORK[op])(*args, **kwargs)
+    if op in PYTHON:
+        return PYTHON[op](*args, **kwargs)
+    if op == "getitem":
+        return args[0][args[1]]
+    kernel = _aten(op)
+    if kernel is None:
+        raise NotExecutable(op, "no torch kernel and no entry in the executor's table", node.name)
+    if op in RANDOM and not _deterministic_dropout(op, args, kwargs):
+        raise NotExecutable(op, "a random op: the programs cannot draw the same randomness", node.name)
+    if isinstance(kwargs.get("device"), str):
+        kwargs = {k: v for k, v in kwargs.items() if k != "device"}
+    out = kernel(*_dtype_arg(args), **_dtype_arg(kwargs))
+    if op in EMPTY and out.is_floating_point():
+        out = out.fill_(math.nan)
+    elif op in EMPTY:
+        out = out.zero_()
+    return out
+
+
+def _coerce(value, ty, node: Node, rounding: bool, device):
+    """`value` in the dtype the graph declares (held as :data:`HELD` says), with its shape
+    checked; low-precision floats rounded to their format when `rounding`."""
+    if isinstance(ty, tuple) and isinstance(value, (tuple, list)):
+        return tuple(_coerce(v, t, node, rounding, device) if t is not None else v
+                     for v, t in zip(value, tuple(ty) + (None,) * (len(value) - len(ty))))
+    if not isinstance(ty, TensorType):
+        return value
+    if not torch.is_tensor(value):
+        if isinstance(value, (int, float, bool)):
+            value = torch.tensor(value)
+        else:
+            return value
+    held = HELD.get(ty.dtype)
+    if held is None:
+        raise NotExecutable(node.op, f"values of type {ty.dtype} are not supported", node.name)
+    if value.device != torch.device(device):
+        value = value.to(device)
+    if value.dtype != held:
+        value = value.to(held)
+    if rounding and ty.dtype in LOW_PRECISION:
+        value = value.to(LOW_PRECISION[ty.dtype]).to(held)
+    if tuple(value.shape) != tuple(ty.shape):
+        raise NotExecutable(node.op, f"torch gives shape {list(value.shape)}, the graph says {list(ty.shape)}",
+                            node.name)
+    return value
+
+
+def _resolve(value, env: dict):
+    if isinstance(value, Node):
+        return env[value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_resolve(v, env) for v in value)
+    if isinstance(value, dict):
+        return {k: _resolve(v, env) for k, v in value.items()}
+    return value
+
+
+def _constant(node: Node, device):
+    value = node.kwargs.get("value")
+    if value is None:
+        if node.type is None:
+            return None
+        raise NotExecutable("constant", f"the value of {node.name} is not in the dump", node.name)
+    if not isinstance(node.type, TensorType):
+        return value
+    held = HELD.get(node.type.dtype, torch.float64)
+    t = torch.as_tensor(np.asarray(value), device=device).to(held)
+    return t.expand(node.type.shape).clone() if tuple(t.shape) != tuple(node.type.shape) else t
+
+
+class _Runner:
+    """Runs one graph's local nodes, freeing each value after its last use."""
+
+    def __init__(self, graph: Graph, inputs: dict, rounding: str, device):
+        self.graph, self.inputs, self.device = graph, inputs, device
+        self.every = rounding == "every"
+        self.index = {n: i for i, n in enumerate(graph.nodes)}
+        last = {n: i for i, n in enumerate(graph.nodes)}
+        for i, n in enumerate(graph.nodes):
+            for x in n.inputs:
+                last[x] = i
+        keep = set(graph.outputs.values())
+        self.dies: dict[int, list[Node]] = {}
+        for n, i in last.items():
+            if n not in keep:
+                self.dies.setdefault(i, []).append(n)
+        self.freed = 0
+
+    def free_before(self, i: int, env: dict) -> None:
+        while self.freed < i:
+            for n in self.dies.get(self.freed, ()):
+                env.pop(n, None)
+            self.freed += 1
+
+    def __call__(self, rank: int, node: Node, env: dict):
+        self.free_before(self.index[node], env)
+        if node.op == "input":
+            if node.name not in self.inputs:
+                raise NotExecutable("input", f"no value given for input {node.name}", node.name)
+            value = torch.as_tensor(np.asarray(self.inputs[node.name]), device=self.device)
+            return _coerce(value, node.type, node, self.every, self.device)
+        if node.op == "constant":
+            return _constant(node, self.device)
+        args, kwargs = _resolve(node.args, env), _resolve(node.kwargs, env)
+        try:
+            with torch.no_grad():
+                out = _run_op(node, args, kwargs)
+        except NotExecutable:
+            raise
+        except Exception as exc:  # torch refuses the node: not confirmed, with torch's reason
+            raise NotExecutable(node.op, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                                node.name) from exc
+        rounding = self.every or node.op in CASTS or "dtype" in node.kwargs
+        return _coerce(out, node.type, node, rounding, self.device)
+
+
+def _collective(nodes: list[Node], args: list[tuple]):
+    op = nodes[0].op
+    fn = COLLECTIVES.get(op)
+    if fn is None:
+        raise NotExecutable(op, "no collective of that name in the executor's table", nodes[0].name)
+    try:
+        with torch.no_grad():
+            outs = fn([a[0] for a in args], [tuple(a[1:]) for a in args])
+    except Exception as exc:
+        raise NotExecutable(op, f"{type(exc).__name__}: {exc}", nodes[0].name) from exc
+    return [_coerce(o, n.type, n, False, o.device) for o, n in zip(outs, nodes)]
+
+
+def _numpy(value):
+    if torch.is_tensor(value):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _run(graphs: list[Graph], inputs: list[dict], rounding: str, device) -> list[dict]:
+    runners = [_Runner(g, inputs[r], rounding, device) for r, g in enumerate(graphs)]
+    result = run_lockstep(graphs, lambda r, n, env: runners[r](r, n, env), _collective)
+    if result.mismatch is not None:
+        node = result.mismatch.nodes[0]
+        raise NotExecutable(node.op, result.mismatch.message, node.name)
+    return [{name: _numpy(env[n]) for name, n in g.outputs.items()} for g, env in zip(graphs, result.envs)]
+
+
+def execute(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, np.ndarray],
+            rank_inputs: list[dict[str, np.ndarray]], *, round_low_precision: str = "casts",
+            device: str = "cpu") -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+    """Run the single-device graph and every rank's graph with torch's kernels; returns
+    (output name -> value, [output name -> value per rank]). Float values come back in
+    float64 (see the module docstring); raises :class:`NotExecutable` naming the first node
+    that cannot run."""
+    if round_low_precision not in ("casts", "every"):
+        raise ValueError("round_low_precision is 'casts' or 'every'")
+    single = _run([seq], [seq_inputs], round_low_precision, device)[0]
+    ranks = _run(dist.graphs, rank_inputs, round_low_precision, device)
+    return single, ranks
+
+
+# ------------------------------------------------------------------ memory
+
+
+def _held_bytes(ty) -> int:
+    if isinstance(ty, tuple):
+        return sum(_held_bytes(t) for t in ty if t is not None)
+    if not isinstance(ty, TensorType):
+        return 0
+    held = HELD.get(ty.dtype, torch.float64)
+    return ty.numel * (torch.finfo(held).bits if held.is_floating_point else
+                       (8 if held is torch.bool else torch.iinfo(held).bits)) // 8
+
+
+def _graph_peak(graph: Graph) -> tuple[int, str, int]:
+    last = {n: i for i, n in enumerate(graph.nodes)}
+    for i, n in enumerate(graph.nodes):
+        for x in n.inputs:
+            last[x] = i
+    for n in graph.outputs.values():
+        last[n] = len(graph.nodes)
+    live, peak, big = 0, 0, ("", 0)
+    dies: dict[int, int] = {}
+    for i, n in enumerate(graph.nodes):
+        size = _held_bytes(n.type)
+        if size > big[1]:
+            big = (n.name, size)
+        live += size
+        peak = max(peak, live)
+        dies[last[n]] = dies.get(last[n], 0) + size
+        live -= dies.pop(i, 0)
+    return peak, big[0], big[1]
+
+
+def estimate_bytes(seq: Graph, dist: DistributedProgram) -> tuple[int, str, int]:
+    """(peak bytes an :func:`execute` run needs, the largest tensor's node name, its bytes).
+
+    Each graph's peak of live values (freed after their last use, float values at 8 bytes
+    per element; views counted as copies, so an upper bound) -- the single-device graph
+    alone, then every rank at its peak at once (ranks run interleaved)."""
+    seq_peak, name, size = _graph_peak(seq)
+    total = 0
+    for g in dist.graphs:
+        peak, n, s = _graph_peak(g)
+        total += peak
+        if s > size:
+            name, size = n, s
+    return max(seq_peak, total), name, size
+
+
+# ------------------------------------------------------------------ inputs
+
+_PASS_THROUGH = {"aten.view", "aten.reshape", "aten._unsafe_view", "aten.unsqueeze", "aten.squeeze", "aten.clone",
+                 "aten.expand", "aten.slice", "aten.t", "aten.permute", "aten.transpose", "aten.alias",
+                 "aten._to_copy", "aten.contiguous", "aten.flatten", "xla.convert", "xla.broadcast_in_dim",
+                 "xla.slice", "aten.select", "aten.detach", "aten.lift_fresh_copy"}
+
+
+def _index_bound(graph: Graph, users: dict, node: Node) -> int | None:
+    """The largest valid index + 1 for an integer input, read off the ops that use it (or
+    a view of it) as indices; None where none does."""
+    bounds, todo, seen = [], [node], set()
+    while todo:
+        x = todo.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        for u in users.get(x, ()):
+            a = u.args
+            if u.op in _PASS_THROUGH and a and a[0] is x:
+                todo.append(u)
+            elif u.op == "aten.embedding" and len(a) > 1 and a[1] is x:
+                bounds.append(a[0].shape[0])
+            elif u.op == "aten.index" and len(a) > 1 and isinstance(a[1], (list, tuple)):
+                bounds += [a[0].shape[k] for k, i in enumerate(a[1]) if i is x]
+            elif u.op in ("aten.index_select", "aten.gather") and len(a) > 2 and a[2] is x:
+                bounds.append(a[0].shape[a[1]])
+            elif u.op == "xla.gather" and len(a) > 1 and a[1] is x:
+                dims = u.kwargs.get("start_index_map") or range(len(a[0].shape))
+                bounds += [a[0].shape[d] for d in dims]
+            elif u.op == "_C.rotary_embedding" and u.kwargs.get("positions") is x:
+                bounds.append(u.kwargs["cos_sin_cache"].shape[0])
+    return min(bounds) if bounds else None
+
+
+def draw_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random values for `graph`'s inputs from ``np.random.default_rng(seed)``: floats
+    standard normal (rounded to f16/bf16 for inputs of those types), bools fair coins,
+    integers uniform below the bound the graph's index ops give (embedding rows, indexed
+    dim sizes, gather operands), else in {0, 1}."""
+    rng = np.random.default_rng(seed)
+    users = graph.users()
+    out = {}
+    for n in graph.inputs:
+        ty = n.type
+        if not isinstance(ty, TensorType):
+            continue
+        held = HELD.get(ty.dtype, torch.float64)
+        if held.is_floating_point:
+            x = rng.standard_normal(ty.shape)
+            if ty.dtype in LOW_PRECISION:
+                x = torch.as_tensor(x).to(LOW_PRECISION[ty.dtype]).double().numpy()
+            out[n.name] = x
+        elif held is torch.bool:
+            out[n.name] = rng.integers(0, 2, size=ty.shape).astype(bool)
+        else:
+            bound = _index_bound(graph, users, n) or 2
+            out[n.name] = rng.integers(0, bound, size=ty.shape).astype(torch.empty(0, dtype=held).numpy().dtype)
+    return out
+
+
+def draw_program_inputs(seq: Graph, dist: DistributedProgram, bindings: dict, seed: int = 0):
+    """(single-device inputs, [each rank's inputs]): :func:`draw_inputs` for the
+    single-device graph, and each rank's values derived from them through the input
+    relations by the numeric check's own :func:`~shardproof.engine.verify.numeric_inputs`."""
+    from ..engine.verify import numeric_inputs  # the engine layer derives rank values from relations
+    return numeric_inputs(seq, dist, bindings, draw_inputs(seq, seed), seed)
