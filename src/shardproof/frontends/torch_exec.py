@@ -19,7 +19,8 @@ Dtypes. Float values are *held in float64*: a float32 graph is executed in float
 the single-device and distributed results differ only by float64 rounding. Low-precision
 floats (f16, bf16) keep their semantics where the graph casts to them: the result of a
 cast (``_to_copy``, ``xla.convert``, any op given a ``dtype``) is rounded to that format
-(``round_low_precision="every"`` rounds every f16/bf16 node, as stored tensors would be).
+(``round_low_precision="every"`` rounds every f16/bf16 node, as stored tensors would be;
+``"none"`` rounds nothing: float64 throughout, as the numpy numerics compute).
 Integer and bool values keep their exact dtype, and every result is brought to the dtype
 the graph declares for it (so an HLO ``divide`` of s32 values truncates).
 
@@ -74,6 +75,8 @@ def _dtype_arg(value):
         return [_dtype_arg(v) for v in value]
     if isinstance(value, tuple):
         return tuple(_dtype_arg(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _dtype_arg(v) for k, v in value.items()}
     return value
 
 
@@ -175,7 +178,7 @@ class _Runner:
 
     def __init__(self, graph: Graph, inputs: dict, rounding: str, device):
         self.graph, self.inputs, self.device = graph, inputs, device
-        self.every = rounding == "every"
+        self.every, self.never = rounding == "every", rounding == "none"
         self.index = {n: i for i, n in enumerate(graph.nodes)}
         last = {n: i for i, n in enumerate(graph.nodes)}
         for i, n in enumerate(graph.nodes):
@@ -212,7 +215,7 @@ class _Runner:
         except Exception as exc:  # torch refuses the node: not confirmed, with torch's reason
             raise NotExecutable(node.op, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                                 node.name) from exc
-        rounding = self.every or node.op in CASTS or "dtype" in node.kwargs
+        rounding = not self.never and (self.every or node.op in CASTS or "dtype" in node.kwargs)
         return _coerce(out, node.type, node, rounding, self.device)
 
 
@@ -251,8 +254,8 @@ def execute(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, np.ndarr
     (output name -> value, [output name -> value per rank]). Float values come back in
     float64 (see the module docstring); raises :class:`NotExecutable` naming the first node
     that cannot run."""
-    if round_low_precision not in ("casts", "every"):
-        raise ValueError("round_low_precision is 'casts' or 'every'")
+    if round_low_precision not in ("casts", "every", "none"):
+        raise ValueError("round_low_precision is 'casts', 'every' or 'none'")
     single = _run([seq], [seq_inputs], round_low_precision, device)[0]
     ranks = _run(dist.graphs, rank_inputs, round_low_precision, device)
     return single, ranks

@@ -266,7 +266,7 @@ def _vllm_attention(query=None, key=None, value=None, output=None, layer_name=No
     g = q.shape[0] // k.shape[0]
     k, v = k.repeat_interleave(g, 0), v.repeat_interleave(g, 0)
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return None, out.transpose(0, 1)
+    return None, out.transpose(0, 1).contiguous()  # written into the contiguous `output` buffer
 
 
 FRAMEWORK = {

@@ -1,0 +1,311 @@
+"""The independent executor (``frontends/torch_exec``): graph dumps, HLO and StableHLO run
+with torch's own kernels and the collectives computed across ranks. For every dump and XLA
+fixture the repo verifies, the executed outputs hold the proved output relations and agree
+with the numpy numerics (a cross-check of both); the buggy twins' outputs break the
+relation their correct twin holds."""
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+torch = pytest.importorskip("torch")
+
+from hlo_llama import llama_hlo, llama_relations  # noqa: E402
+from shardproof.api import prepare_dumps, verify_prepared  # noqa: E402
+from shardproof.engine.numeric import evaluate  # noqa: E402
+from shardproof.frontends.fx_text import parse_graph  # noqa: E402
+from shardproof.frontends.torch_exec import (NotExecutable, draw_inputs, draw_program_inputs,  # noqa: E402
+                                             estimate_bytes, execute)
+from shardproof.ir.graph import DistributedProgram  # noqa: E402
+from shardproof.relations.spec import Partial, held, parse_relation  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRAPHS = os.path.join(ROOT, "..", "shared", "graphs", "entangle")
+DATA = os.path.join(ROOT, "tests", "data")
+
+
+def shared(*parts):
+    path = os.path.join(GRAPHS, *parts)
+    if not os.path.isdir(path):
+        pytest.skip(f"../shared/graphs absent: {os.path.normpath(path)} not found")
+    return path
+
+
+# ---------------------------------------------------------------- relation checks on values
+
+
+def _close(a, b, tol) -> bool:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=tol, atol=tol, equal_nan=True))
+
+
+def holds(rel, s_val, vals, tol) -> bool:
+    """Whether the ranks' values relate to the single-device value as `rel` says."""
+    s_val = np.asarray(s_val, dtype=np.float64)
+    if isinstance(rel, Partial):
+        total = {"sum": np.sum, "avg": np.mean, "max": np.max, "min": np.min}[rel.op](np.stack(vals), 0)
+        return _close(total, s_val, tol)
+    return all(_close(v, held(s_val, rel.layout(s_val.shape, r, len(vals))), tol) for r, v in enumerate(vals))
+
+
+def broken_outputs(seq, dist, bindings, relations: dict, seed: int, tol: float) -> list[str]:
+    """Outputs whose executed values break their relation (name -> Relation)."""
+    s_in, d_in = draw_program_inputs(seq, dist, bindings, seed)
+    s_out, d_out = execute(seq, dist, s_in, d_in)
+    return [name for name, rel in relations.items()
+            if not holds(rel, s_out[name], [d[name] for d in d_out], tol)]
+
+
+def numpy_disagreement(seq, dist, bindings, seed: int) -> float:
+    """The largest relative difference between torch's and the numpy numerics' outputs,
+    over both programs (float64 throughout: no low-precision rounding on either side)."""
+    s_in, d_in = draw_program_inputs(seq, dist, bindings, seed)
+    s_out, d_out = execute(seq, dist, s_in, d_in, round_low_precision="none")
+    s_env, d_envs = evaluate(seq, dist, s_in, d_in)
+    worst = 0.0
+    for graph, env, out in [(seq, s_env, s_out)] + [(g, e, o) for g, e, o in zip(dist.graphs, d_envs, d_out)]:
+        for name, node in graph.outputs.items():
+            a, b = np.asarray(env[node], dtype=np.float64), np.asarray(out[name], dtype=np.float64)
+            assert a.shape == b.shape, (name, a.shape, b.shape)
+            worst = max(worst, float(np.nanmax(np.abs(a - b) / (1 + np.abs(b)), initial=0.0)))
+    return worst
+
+
+def proved(report) -> dict:
+    assert report.status == "verified", report.reason
+    return {o.name: parse_relation(o.holds) for o in report.outputs}
+
+
+def check_correct(p, tol=1e-7, seeds=(0, 1)):
+    relations = proved(verify_prepared(p))
+    for seed in seeds:
+        assert broken_outputs(p.seq, p.dist, p.bindings, relations, seed, tol) == []
+        assert numpy_disagreement(p.seq, p.dist, p.bindings, seed) < 1e-9
+    return relations
+
+
+def check_buggy(p, relations, tol=1e-7, seeds=(0, 1)):
+    report = verify_prepared(p)
+    assert report.status == "violation", report.reason
+    broken = set()
+    for seed in seeds:
+        broken.update(broken_outputs(p.seq, p.dist, p.bindings, relations, seed, tol))
+        assert numpy_disagreement(p.seq, p.dist, p.bindings, seed) < 1e-9
+    assert broken, "the buggy program's executed outputs hold every relation"
+    return sorted(broken)
+
+
+# ---------------------------------------------------------------- HLO (generated transformers-neuronx Llama)
+
+
+def _llama(tmp_path, tp, bug=None, layers=1):
+    seq, dist, rel = tmp_path / "seq.hlo", tmp_path / f"dist{tp}{bug}.hlo", tmp_path / "rel.yaml"
+    seq.write_text(llama_hlo(1, layers))
+    dist.write_text(llama_hlo(tp, layers, bug=bug))
+    rel.write_text(yaml.safe_dump(llama_relations(layers)))
+    return prepare_dumps(str(seq), str(dist), str(rel))
+
+
+F16 = 2e-2  # the f16 hidden states round at their casts: one ulp flips between the programs
+
+
+@pytest.mark.parametrize("tp, layers", [(2, 1), (4, 1), (2, 2)])
+def test_hlo_llama_executes_to_the_proved_relations(tmp_path, tp, layers):
+    relations = check_correct(_llama(tmp_path, tp, layers=layers), tol=F16)
+    assert {k: str(v) for k, v in relations.items()} == {"out0": "Shard(0)", **{
+        f"out{i}": "Shard(2)" for i in range(1, 2 * layers + 1)}}
+
+
+@pytest.mark.parametrize("bug, tp, broken", [("k_from_q", 2, ["out0", "out1"]), ("no_allreduce", 4, ["out0"]),
+                                             # the swapped rotation reaches the key cache; this program's
+                                             # logits come out the same (executed: equal to 1e-14)
+                                             ("rope_swap", 2, ["out1"])])
+def test_hlo_llama_bugs_break_the_relations_when_executed(tmp_path, bug, tp, broken):
+    relations = proved(verify_prepared(_llama(tmp_path, tp)))
+    assert check_buggy(_llama(tmp_path, tp, bug), relations, tol=F16) == broken
+
+
+def test_low_precision_casts_round_like_torch(tmp_path):
+    # f16 casts round: the executed values differ from the float64-throughout numerics by
+    # about an f16 ulp, and rounding every f16 node differs more again
+    p = _llama(tmp_path, 2)
+    s_in, d_in = draw_program_inputs(p.seq, p.dist, p.bindings, 0)
+    runs = {mode: execute(p.seq, p.dist, s_in, d_in, round_low_precision=mode)[0]["out1"]
+            for mode in ("none", "casts", "every")}
+    gap = np.abs(runs["casts"] - runs["none"]).max()
+    assert 1e-5 < gap < 1e-1
+    assert not np.array_equal(runs["every"], runs["casts"])
+
+
+# ---------------------------------------------------------------- StableHLO (stored shard_map lowering)
+
+
+def _stablehlo(tmp_path, dropped=False, expect=None):
+    dist = os.path.join(DATA, "tp_attention.shard_map.mlir")
+    if dropped:
+        with open(dist, encoding="utf-8") as f:
+            text = f.read()
+        dist = tmp_path / "dropped.mlir"
+        dist.write_text(text.replace("sdy.return %25 :", "sdy.return %24 :"))
+    return prepare_dumps(os.path.join(DATA, "tp_attention.single.mlir"), dist, auto_relations=True, expect=expect)
+
+
+def test_stablehlo_attention_executes_to_the_proved_relation(tmp_path):
+    assert {k: str(v) for k, v in check_correct(_stablehlo(tmp_path)).items()} == {"out0": "Replicate()"}
+
+
+def test_stablehlo_dropped_all_reduce_is_a_partial_sum_when_executed(tmp_path):
+    relations = proved(verify_prepared(_stablehlo(tmp_path)))
+    assert check_buggy(_stablehlo(tmp_path, True, {"out0": "Replicate()"}), relations) == ["out0"]
+    # what the proof says the dropped program computes instead holds on the executed values
+    p = _stablehlo(tmp_path, True)
+    assert {k: str(v) for k, v in check_correct(p).items()} == {"out0": 'Partial("sum")'}
+
+
+# ---------------------------------------------------------------- FX dumps
+
+
+def test_small_qwen2_dumps_execute_with_the_vllm_ops():
+    from test_qwen2_dump import Config, verify_small
+    report, (seq, dist, bindings, _) = verify_small(Config(), 2)
+    relations = proved(report)
+    for seed in (0, 1):
+        assert broken_outputs(seq, dist, bindings, relations, seed, 1e-7) == []
+        assert numpy_disagreement(seq, dist, bindings, seed) < 1e-9
+    for bug in ("key_reads_query", "vocab_range", "missing_all_reduce"):
+        report, (seq, dist, bindings, _) = verify_small(Config(), 2, bug)
+        assert report.status == "violation"
+        assert any(broken_outputs(seq, dist, bindings, relations, seed, 1e-7) == list(relations) for seed in (0, 1)), bug
+
+
+def test_row_parallel_dump(tmp_path):
+    from test_dump_cli import mlp, write
+    seq = write(tmp_path / "tp1", {"fw.g0.r0.py": mlp(8)})
+    dist = write(tmp_path / "tp2", {"fw.g0.r0.py": mlp(4), "fw.g0.r1.py": mlp(4)})
+    relations = check_correct(prepare_dumps(seq, dist, auto_relations=True))
+    assert {k: str(v) for k, v in relations.items()} == {"mm": "Shard(0)"}
+    # rank 1 applies another activation: its rows differ
+    bad = write(tmp_path / "bad", {"fw.g0.r0.py": mlp(4), "fw.g0.r1.py": mlp(4, "aten.gelu.default")})
+    assert check_buggy(prepare_dumps(seq, bad, auto_relations=True), relations) == ["mm"]
+
+
+def test_grad_accumulation_dumps(tmp_path):
+    from test_dump_cli import GRAD_ACC_YAML, fixed_grad_accumulation
+    one = shared("bug_grad_accumulation", "1step")
+    relations = check_correct(prepare_dumps(one, fixed_grad_accumulation(tmp_path), GRAD_ACC_YAML))
+    bug = prepare_dumps(one, shared("bug_grad_accumulation", "2step.bug"), GRAD_ACC_YAML)
+    assert check_buggy(bug, relations) == ["add_1"]
+
+
+# ---------------------------------------------------------------- semantics the executor must keep
+
+
+def _fx(params: str, body: str) -> str:
+    lines = "".join(f"        {ln}\n" for ln in body.strip("\n").splitlines())
+    return f"class GraphModule(torch.nn.Module):\n    def forward(self, {params}):\n{lines}"
+
+
+def _one(text: str):
+    g = parse_graph(text, "g.py", world_size=1)
+    return g, DistributedProgram([parse_graph(text, "g.py", world_size=1)])
+
+
+def test_casts_change_values_as_torch_casts_do():
+    g, d = _one(_fx('x: "f32[6]"', '''
+i: "i64[6]" = torch.ops.aten._to_copy.default(x, dtype=torch.int64)
+b: "bf16[6]" = torch.ops.aten._to_copy.default(x, dtype=torch.bfloat16)
+return (i, b)'''))
+    x = np.array([-1.7, -0.5, 0.4, 1.5, 2.9, 1 + 2 ** -12])
+    out, _ = execute(g, d, {"x": x}, [{"x": x}])
+    assert out["out0"].tolist() == torch.tensor(x).to(torch.int64).tolist() == [-1, 0, 0, 1, 2, 1]
+    assert out["out1"].tolist() == torch.tensor(x).to(torch.bfloat16).double().tolist()
+    assert out["out1"][-1] == 1.0
+
+
+def test_uninitialized_buffers_are_nan_unless_ignored():
+    g, d = _one(_fx('a: "f32[2, 3, 4]", b: "f32[2, 4, 5]"', '''
+e: "f32[2, 3, 5]" = torch.ops.aten.empty.memory_format([2, 3, 5], dtype=torch.float32)
+ignored: "f32[2, 3, 5]" = torch.ops.aten.baddbmm.default(e, a, b, beta=0)
+read: "f32[2, 3, 5]" = torch.ops.aten.baddbmm.default(e, a, b)
+return (ignored, read)'''))
+    ins = draw_inputs(g, 0)
+    out, _ = execute(g, d, ins, [ins])
+    assert np.allclose(out["out0"], ins["a"] @ ins["b"]) and np.isnan(out["out1"]).all()
+
+
+def test_random_ops_unknown_ops_and_missing_constants_are_not_executable():
+    drop = _fx('x: "f32[4]"', '''
+nd = torch.ops.aten.native_dropout.default(x, P, True)
+y: "f32[4]" = nd[0]
+return (y,)''')
+    g, d = _one(drop.replace("P", "0.0"))
+    x = np.arange(4.0)
+    assert np.array_equal(execute(g, d, {"x": x}, [{"x": x}])[0]["out0"], x)
+    g, d = _one(drop.replace("P", "0.1"))
+    with pytest.raises(NotExecutable) as exc:
+        execute(g, d, {"x": x}, [{"x": x}])
+    assert (exc.value.op, exc.value.node) == ("aten.native_dropout", "nd")
+    g, d = _one(_fx('x: "f32[4]"', '''
+y: "f32[4]" = torch.ops.mylib.mystery.default(x)
+return (y,)'''))
+    with pytest.raises(NotExecutable) as exc:
+        execute(g, d, {"x": x}, [{"x": x}])
+    assert exc.value.op == "mylib.mystery"
+    g, d = _one(_fx('x: "f32[4]"', '''
+_tensor_constant0 = self._tensor_constant0
+c: "f32[4]" = torch.ops.aten.lift_fresh_copy.default(_tensor_constant0)
+y: "f32[4]" = torch.ops.aten.add.Tensor(x, c)
+return (y,)'''))
+    with pytest.raises(NotExecutable) as exc:
+        execute(g, d, {"x": x}, [{"x": x}])
+    assert (exc.value.op, exc.value.node) == ("constant", "_tensor_constant0")
+
+
+def test_integer_inputs_are_drawn_below_the_rows_they_index():
+    g, _ = _one(_fx('ids: "i64[64]", table: "f32[5, 3]", pos: "i64[64]"', '''
+v: "i64[8, 8]" = torch.ops.aten.view.default(ids, [8, 8])
+e: "f32[8, 8, 3]" = torch.ops.aten.embedding.default(table, v)
+return (e, pos)'''))
+    ins = draw_inputs(g, 3)
+    assert ins["ids"].min() >= 0 and ins["ids"].max() == 4 and set(ins["pos"].tolist()) == {0, 1}
+    assert ins["table"].dtype == np.float64 and abs(ins["table"].mean()) < 2
+
+
+def test_values_are_freed_after_their_last_use(monkeypatch):
+    # a chain of 40 adds of a 1 MiB value: the peak is a few values, not 40
+    body = "\n".join(f'y{i + 1}: "f32[256, 512]" = torch.ops.aten.add.Tensor(y{i}, x)' for i in range(40))
+    g, d = _one(_fx('x: "f32[256, 512]"', 'y0: "f32[256, 512]" = torch.ops.aten.neg.default(x)\n' + body
+                    + "\nreturn (y40,)"))
+    peak, name, size = estimate_bytes(g, d)
+    assert size == 256 * 512 * 8 and peak <= 4 * size
+    import weakref
+    from shardproof.frontends import torch_exec
+    made, most = [], [0]
+    kernel = torch_exec._aten
+
+    def add(*a, **k):  # counts the adds' results still alive when the next add runs
+        most[0] = max(most[0], sum(r() is not None for r in made))
+        out = torch.ops.aten.add(*a, **k)
+        made.append(weakref.ref(out))
+        return out
+    monkeypatch.setattr(torch_exec, "_aten", lambda op: add if op == "aten.add" else kernel(op))
+    out, _ = execute(g, d, {"x": np.ones((256, 512))}, [{"x": np.ones((256, 512))}])
+    assert len(made) == 80 and most[0] <= 2
+    assert out["out0"][0, 0] == 39
+
+
+# ---------------------------------------------------------------- the real dumps: sizes
+
+
+@pytest.mark.parametrize("name, seq, dist, largest, elements", [
+    ("gpt", "paral1_layer1", "paral2_layer1", ("mm_4", "view_30"), 1_207_959_552),
+    ("qwen2", "paral1_layer1", "paral2_layer1", ("mm_1",), 587_202_560),
+    ("aws_llama", "tp1_layer1", "tp2_layer1", ("p16.17",), 262_668_288),
+])
+def test_real_dumps_are_sized_before_anything_is_allocated(name, seq, dist, largest, elements):
+    relations = os.path.join(ROOT, "examples", "dumps",
+                             {"gpt": "megatron_gpt", "qwen2": "qwen2", "aws_llama": "aws_llama"}[name] + ".yaml")
+    p = prepare_dumps(shared(name, seq), shared(name, dist), relations, auto_relations=True)
+    peak, big, size = estimate_bytes(p.seq, p.dist)
+    assert big in largest and size == elements * 8 and peak >= 2 * size
