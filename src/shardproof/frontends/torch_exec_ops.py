@@ -105,7 +105,7 @@ def _dynamic_update_slice(x, update, starts):
 
 def _iota(shape, dim):
     view = [-1 if d == dim else 1 for d in range(len(shape))]
-    return torch.arange(shape[dim], dtype=torch.int64).reshape(view).expand(list(shape))
+    return torch.arange(shape[dim], dtype=torch.int64).reshape(view).expand(list(shape))  # moved to the device after
 
 
 def _dot_general(a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
@@ -127,7 +127,7 @@ def _reduce(x, init, dims, kind):
     """reduce(x, init) over `dims` with the computation `kind`; the init value is
     combined in once (XLA requires it to be the identity for a well-defined result)."""
     dims = list(dims)
-    init = init if torch.is_tensor(init) else torch.tensor(init, dtype=x.dtype)
+    init = init if torch.is_tensor(init) else torch.tensor(init, dtype=x.dtype, device=x.device)
     if kind == "sum":
         return (x.sum(dims) if dims else x) + init
     if kind == "prod":
@@ -165,10 +165,10 @@ def _gather(x, idx, offset_dims, collapsed_slice_dims, start_index_map, index_ve
     n = rows.shape[0]
     grids = []
     for d in range(x.dim()):
-        start = torch.zeros(n, dtype=torch.int64)
+        start = torch.zeros(n, dtype=torch.int64, device=x.device)
         if d in start_index_map:
             start = rows[:, list(start_index_map).index(d)].clamp(0, x.shape[d] - slice_sizes[d])
-        offs = torch.arange(slice_sizes[d]).reshape([1] + [slice_sizes[e] if e == d else 1 for e in range(x.dim())])
+        offs = torch.arange(slice_sizes[d], device=x.device).reshape([1] + [slice_sizes[e] if e == d else 1 for e in range(x.dim())])
         grids.append(start.reshape([n] + [1] * x.dim()) + offs)  # broadcast to [n, *slice_sizes]
     window = x[tuple(grids)]  # [n, *slice_sizes]
     keep = [s for d, s in enumerate(slice_sizes) if d not in collapsed_slice_dims]
@@ -221,6 +221,15 @@ def _apex_layer_norm(x, w, b, shape, eps):
     return out, mean.reshape(-1), rstd.reshape(-1)
 
 
+def _apex_layer_norm_backward(g, mean, invvar, x, shape, w, b, eps, *rest):
+    """apex ``fused_layer_norm_affine_bwd(grad_out, mean, invvar, input, normalized_shape,
+    weight, bias, eps)`` -> (grad_input, grad_weight, grad_bias): torch's layer norm backward
+    kernel, the flat statistics viewed back to the rows."""
+    stats = list(x.shape[:x.dim() - len(shape)]) + [1] * len(shape)
+    return tuple(torch.ops.aten.native_layer_norm_backward(g, x, list(shape), mean.reshape(stats),
+                                                           invvar.reshape(stats), w, b, [True, True, True]))
+
+
 def _vllm_rms_norm(result=None, input=None, weight=None, epsilon=1e-6):
     return None, _rms_norm_dim(input, weight, epsilon, input.dim() - 1)
 
@@ -271,6 +280,9 @@ def _vllm_attention(query=None, key=None, value=None, output=None, layer_name=No
 
 FRAMEWORK = {
     "apex.fused_layer_norm_affine_fwd": _apex_layer_norm,
+    "apex.fused_layer_norm_affine_bwd": _apex_layer_norm_backward,
+    "tg.log_tensor": lambda x, *a, **k: x,  # logging: the value passes through
+    "tg.inplace_log_tensor": lambda t=None, **k: (None, t),
     "_C.rms_norm": _vllm_rms_norm,
     "_C.fused_add_rms_norm": _vllm_fused_add_rms_norm,
     "_C.silu_and_mul": _vllm_silu_and_mul,
