@@ -166,13 +166,22 @@ def test_stablehlo_dropped_all_reduce_is_a_partial_sum_when_executed(tmp_path):
 # ---------------------------------------------------------------- FX dumps
 
 
-def test_small_qwen2_dumps_execute_with_the_vllm_ops():
+def test_small_qwen2_dumps_execute_with_the_vllm_ops(monkeypatch):
     from test_qwen2_dump import Config, verify_small
     report, (seq, dist, bindings, _) = verify_small(Config(), 2)
     relations = proved(report)
     for seed in (0, 1):
         assert broken_outputs(seq, dist, bindings, relations, seed, 1e-7) == []
         assert numpy_disagreement(seq, dist, bindings, seed) < 1e-9
+    # attention computed a few query rows at a time (as for the real dump's 32768 tokens) gives
+    # the same values
+    s_in, d_in = draw_program_inputs(seq, dist, bindings, 0)
+    whole = execute(seq, dist, s_in, d_in)
+    from shardproof.frontends import torch_exec_ops
+    monkeypatch.setattr(torch_exec_ops, "ATTENTION_BLOCK", 2 * 4 * 6)  # 2 rows of 4 heads x 6 tokens
+    blocks = execute(seq, dist, s_in, d_in)
+    for a, b in zip([whole[0]] + whole[1], [blocks[0]] + blocks[1]):
+        assert all(np.allclose(a[k], b[k], rtol=1e-12, atol=1e-12) for k in a)
     for bug in ("key_reads_query", "vocab_range", "missing_all_reduce"):
         report, (seq, dist, bindings, _) = verify_small(Config(), 2, bug)
         assert report.status == "violation"
@@ -309,3 +318,41 @@ def test_real_dumps_are_sized_before_anything_is_allocated(name, seq, dist, larg
     p = prepare_dumps(shared(name, seq), shared(name, dist), relations, auto_relations=True)
     peak, big, size = estimate_bytes(p.seq, p.dist)
     assert big in largest and size == elements * 8 and peak >= 2 * size
+
+
+def test_views_of_values_laid_out_otherwise_are_their_values():
+    # clone(memory_format=contiguous) loses its format in the dump: the view still reads the values
+    g, d = _one(_fx('x: "f32[2, 3, 4]"', '''
+p: "f32[3, 2, 4]" = torch.ops.aten.permute.default(x, [1, 0, 2])
+c: "f32[3, 2, 4]" = torch.ops.aten.clone.default(p, memory_format = torch.contiguous_format)
+v: "f32[3, 8]" = torch.ops.aten.view.default(c, [3, 8])
+return (v,)'''))
+    x = np.arange(24.0).reshape(2, 3, 4)
+    assert np.array_equal(execute(g, d, {"x": x}, [{"x": x}])[0]["out0"], x.transpose(1, 0, 2).reshape(3, 8))
+
+
+ELIDED = """HloModule m
+
+ENTRY %main (x: f32[4,8]) -> f32[4,8] {
+  %x = f32[4,8]{1,0} parameter(0)
+  %c = f32[4,8]{1,0} constant({...})
+  ROOT %y = f32[4,8]{1,0} add(%x, %c)
+}
+"""
+
+
+def test_elided_constants_stated_same_read_one_value(tmp_path):
+    (tmp_path / "m.hlo").write_text(ELIDED)
+    rel = tmp_path / "rel.yaml"
+    rel.write_text("inputs:\n  x: Replicate()\nconstants:\n  c: same\n")
+    m = str(tmp_path / "m.hlo")
+    p = prepare_dumps(m, m, str(rel), world_size=2)
+    s_in, d_in = draw_program_inputs(p.seq, p.dist, p.bindings, 0)
+    s_out, d_out = execute(p.seq, p.dist, s_in, d_in)
+    c = s_out["out0"] - s_in["x"]
+    assert np.abs(c).max() > 0 and all(np.array_equal(d["out0"], s_out["out0"]) for d in d_out)
+    rel.write_text("inputs:\n  x: Replicate()\n")
+    p = prepare_dumps(m, m, str(rel), world_size=2)
+    with pytest.raises(NotExecutable) as exc:
+        execute(p.seq, p.dist, s_in, d_in)
+    assert (exc.value.op, exc.value.node) == ("constant", "c")

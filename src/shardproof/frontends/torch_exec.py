@@ -24,6 +24,11 @@ cast (``_to_copy``, ``xla.convert``, any op given a ``dtype``) is rounded to tha
 Integer and bool values keep their exact dtype, and every result is brought to the dtype
 the graph declares for it (so an HLO ``divide`` of s32 values truncates).
 
+Layouts. The IR records shapes, not strides (dumps drop ``memory_format``), so a ``view`` of
+a value that is not contiguous here is computed as a ``reshape`` (the same values). An
+unprinted constant that the relations state is the same in every program (``shared``) gets
+one random value drawn from its name; any other unprinted constant is not executable.
+
 ``torch.empty``-like buffers are filled with NaN: a program that reads uninitialized memory
 propagates NaN instead of agreeing by luck.
 
@@ -33,6 +38,7 @@ Values are freed after their last use. :func:`estimate_bytes` gives the peak a r
 from __future__ import annotations
 
 import math
+import zlib
 
 import numpy as np
 import torch
@@ -114,6 +120,8 @@ def _run_op(node: Node, args, kwargs):
         raise NotExecutable(op, "a random op: the programs cannot draw the same randomness", node.name)
     if isinstance(kwargs.get("device"), str):
         kwargs = {k: v for k, v in kwargs.items() if k != "device"}
+    if op in ("aten.view", "aten._unsafe_view") and torch.is_tensor(args[0]) and not args[0].is_contiguous():
+        kernel = torch.ops.aten.reshape  # strides are not in the IR: the same values without torch's layout
     out = kernel(*_dtype_arg(args), **_dtype_arg(kwargs))
     if op in EMPTY and out.is_floating_point():
         out = out.fill_(math.nan)
@@ -160,11 +168,26 @@ def _resolve(value, env: dict):
     return value
 
 
+def _shared_value(node: Node, device):
+    """An unprinted constant stated to be the same in every program (kwarg ``shared``):
+    one random value drawn from its name, so every program that reads it reads the same."""
+    ty = node.type
+    rng = np.random.default_rng(zlib.crc32(str(node.kwargs["shared"]).encode()))
+    held = HELD.get(ty.dtype, torch.float64)
+    if held.is_floating_point:
+        value = rng.standard_normal(ty.shape)
+    else:
+        value = rng.integers(0, 2, size=ty.shape)
+    return torch.as_tensor(value, device=device).to(held)
+
+
 def _constant(node: Node, device):
     value = node.kwargs.get("value")
     if value is None:
         if node.type is None:
             return None
+        if node.kwargs.get("shared") is not None and isinstance(node.type, TensorType):
+            return _shared_value(node, device)
         raise NotExecutable("constant", f"the value of {node.name} is not in the dump", node.name)
     if not isinstance(node.type, TensorType):
         return value

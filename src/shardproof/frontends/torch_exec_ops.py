@@ -266,6 +266,9 @@ def _vllm_rotary(positions=None, query=None, key=None, head_size=None, cos_sin_c
     return None, apply(query), apply(key)
 
 
+ATTENTION_BLOCK = 1 << 27  # score elements computed at once (1 GiB of float64)
+
+
 def _vllm_attention(query=None, key=None, value=None, output=None, layer_name=None, **kw):
     """Prefill causal self-attention, grouped-query (k/v head j serves q heads
     [j*g, (j+1)*g)), as vLLM computes it for one sequence with no earlier KV cache."""
@@ -274,7 +277,14 @@ def _vllm_attention(query=None, key=None, value=None, output=None, layer_name=No
     q, k, v = (t.transpose(0, 1) for t in (query, key, value))
     g = q.shape[0] // k.shape[0]
     k, v = k.repeat_interleave(g, 0), v.repeat_interleave(g, 0)
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    heads, tokens, size = q.shape
+    out = torch.empty_like(q)
+    step = max(1, ATTENTION_BLOCK // max(1, heads * tokens))  # query rows per block of scores
+    for lo in range(0, tokens, step):  # softmax(q k^T / sqrt(d), causal) v, a block of queries at a time
+        hi = min(tokens, lo + step)
+        scores = q[:, lo:hi] @ k[:, :hi].transpose(1, 2) / math.sqrt(size)
+        future = torch.arange(hi, device=q.device)[None, :] > torch.arange(lo, hi, device=q.device)[:, None]
+        out[:, lo:hi] = scores.masked_fill(future, -math.inf).softmax(-1) @ v[:, :hi]
     return None, out.transpose(0, 1).contiguous()  # written into the contiguous `output` buffer
 
 
