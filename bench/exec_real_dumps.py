@@ -34,6 +34,10 @@ PAIRS = [
     # the same programs without dropout (p = 0.1 -> 0): deterministic, so executable
     ("gpt.p0", "gpt/paral1_layer1", "gpt/paral2_layer1", "megatron_gpt.yaml", "fw", None,
      (r"(native_dropout\.default\([^,]+, )0\.1", r"\g<1>0.0")),
+    ("ln_allreduce.bug fw+bw", "bug_missing_layernorm_allreduce/tp1", "bug_missing_layernorm_allreduce/tp2.bug",
+     "missing_layernorm_allreduce_both.yaml", "both", {"add_13": "Replicate()"}, None),
+    ("ln_allreduce.bug bw", "bug_missing_layernorm_allreduce/tp1", "bug_missing_layernorm_allreduce/tp2.bug",
+     "missing_layernorm_allreduce.yaml", "bw", {"add_13": "Replicate()"}, None),
     ("grad_acc.bug", "bug_grad_accumulation/1step", "bug_grad_accumulation/2step.bug", "grad_accumulation.yaml",
      None, None, None),
 ]

@@ -291,6 +291,7 @@ def _vllm_attention(query=None, key=None, value=None, output=None, layer_name=No
 FRAMEWORK = {
     "apex.fused_layer_norm_affine_fwd": _apex_layer_norm,
     "apex.fused_layer_norm_affine_bwd": _apex_layer_norm_backward,
+    "_c10d_functional.wait_tensor": lambda x: x,  # the collective's value is computed when it is matched
     "tg.log_tensor": lambda x, *a, **k: x,  # logging: the value passes through
     "tg.inplace_log_tensor": lambda t=None, **k: (None, t),
     "_C.rms_norm": _vllm_rms_norm,
