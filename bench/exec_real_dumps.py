@@ -22,7 +22,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
 from shardproof.api import prepare_dumps  # noqa: E402
-from shardproof.frontends.torch_exec import NotExecutable, draw_program_inputs, estimate_bytes, execute  # noqa: E402
+from shardproof.engine.verify import numeric_inputs  # noqa: E402
+from shardproof.frontends.torch_exec import (NotExecutable, draw_inputs, draw_program_inputs,  # noqa: E402
+                                             estimate_bytes, execute)
 from shardproof.relations.spec import Partial, held  # noqa: E402
 
 # name, single-device dir, distributed dir, relations file, kind, expectations, text edit of both sides
@@ -79,6 +81,9 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--limit-gb", type=float, default=100.0)
+    ap.add_argument("--scale", type=float, default=1.0, help="float inputs drawn with this standard deviation")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--print", action="store_true", help="print scalar outputs")
     a = ap.parse_args()
     for name, seq, dist, rel, kind, expect, edit in PAIRS:
         if a.only and name not in a.only:
@@ -92,7 +97,12 @@ def main():
         if peak > a.limit_gb * 2 ** 30:
             print(line, "-> over the limit, not run", flush=True)
             continue
-        s_in, d_in = draw_program_inputs(p.seq, p.dist, p.bindings, 0)
+        if a.scale == 1.0:
+            s_in, d_in = draw_program_inputs(p.seq, p.dist, p.bindings, a.seed)
+        else:  # the same draw, float inputs scaled, the ranks' values derived from them
+            drawn = draw_inputs(p.seq, a.seed)
+            drawn = {k: v * a.scale if v.dtype.kind == "f" else v for k, v in drawn.items()}
+            s_in, d_in = numeric_inputs(p.seq, p.dist, p.bindings, drawn, a.seed)
         t1 = time.perf_counter()
         if a.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
@@ -108,6 +118,10 @@ def main():
         print(line, f"-> load+draw {t1 - t0:.1f} s, execute {t2 - t1:.1f} s, peak {mem / 2 ** 30:.1f} GiB "
               f"({'GPU' if a.device.startswith('cuda') else 'RSS'}); worst relative difference per expected "
               f"output: " + ", ".join(f"{o} ({p.expect[o]}): {w:.2e}" for o, w in worst.items()), flush=True)
+        if a.print:
+            for o in p.expect:
+                if s_out[o].size == 1:
+                    print(f"   {o}: single device {s_out[o].item()!r}, ranks {[d[o].item() for d in d_out]}")
         for x in (s_dir, d_dir):
             if edit is not None:
                 shutil.rmtree(x, ignore_errors=True)
