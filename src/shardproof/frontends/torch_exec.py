@@ -32,6 +32,10 @@ one random value drawn from its name; any other unprinted constant is not execut
 ``torch.empty``-like buffers are filled with NaN: a program that reads uninitialized memory
 propagates NaN instead of agreeing by luck.
 
+Random ops. Dropout with p = 0 (or outside training) is the identity with an all-true mask,
+computed here rather than by torch's kernel: on CUDA, ``native_dropout(x, 0.0, True)`` still
+drops an element now and then (the real GPT dump's single-device loss moved by 7e-5 relative).
+
 Values are freed after their last use. :func:`estimate_bytes` gives the peak a run needs
 (before allocating anything), so callers can refuse graphs too large to execute here.
 """
@@ -116,7 +120,10 @@ def _run_op(node: Node, args, kwargs):
     kernel = _aten(op)
     if kernel is None:
         raise NotExecutable(op, "no torch kernel and no entry in the executor's table", node.name)
-    if op in RANDOM and not _deterministic_dropout(op, args, kwargs):
+    if _deterministic_dropout(op, args, kwargs):  # not torch's kernel: on CUDA, p = 0 still drops
+        x = args[0]                                  # an element now and then (uniform draws reach 1.0)
+        return (x.clone(), torch.ones_like(x, dtype=torch.bool)) if op == "aten.native_dropout" else x.clone()
+    if op in RANDOM:
         raise NotExecutable(op, "a random op: the programs cannot draw the same randomness", node.name)
     if isinstance(kwargs.get("device"), str):
         kwargs = {k: v for k, v in kwargs.items() if k != "device"}
@@ -276,7 +283,8 @@ def execute(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, np.ndarr
     """Run the single-device graph and every rank's graph with torch's kernels; returns
     (output name -> value, [output name -> value per rank]). Float values come back in
     float64 (see the module docstring); raises :class:`NotExecutable` naming the first node
-    that cannot run."""
+    that cannot run. `device` ("cpu", "cuda"): where the tensors live; the results agree
+    (the real GPT dump: 6e-16 on CPU in 32 s, 0 on an H200 in 3 s)."""
     if round_low_precision not in ("casts", "every", "none"):
         raise ValueError("round_low_precision is 'casts', 'every' or 'none'")
     single = _run([seq], [seq_inputs], round_low_precision, device)[0]
