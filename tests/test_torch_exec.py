@@ -526,3 +526,30 @@ ENTRY %main (x: f32[2,3]) -> f32[3,8] {
     want = np.full((3, 8), -1.0)
     want[0::2, 1::3] = x  # a row between the rows, two columns between the columns, one column before
     assert np.array_equal(out, want)
+
+
+def test_integer_divide_and_remainder_follow_xla():
+    # XLA: integer divide rounds toward zero, remainder keeps the dividend's sign (both types)
+    from shardproof.frontends.hlo_text import load_hlo_program
+    text = """HloModule r
+
+ENTRY %main (a: s32[4], b: s32[4], x: f32[4], y: f32[4]) -> (s32[4], s32[4], f32[4]) {
+  %a = s32[4]{0} parameter(0)
+  %b = s32[4]{0} parameter(1)
+  %x = f32[4]{0} parameter(2)
+  %y = f32[4]{0} parameter(3)
+  %d = s32[4]{0} divide(%a, %b)
+  %r = s32[4]{0} remainder(%a, %b)
+  %fr = f32[4]{0} remainder(%x, %y)
+  ROOT %t = (s32[4], s32[4], f32[4]) tuple(%d, %r, %fr)
+}
+"""
+    (g,) = load_hlo_program(text, 1, filename="r.hlo")
+    ins = {"a": np.array([7, -7, 7, -7], dtype=np.int32), "b": np.array([2, 2, -2, -2], dtype=np.int32),
+           "x": np.array([5.5, -5.5, 5.5, -5.5]), "y": np.array([2.0, 2.0, -2.0, -2.0])}
+    d = DistributedProgram([g])
+    out = execute(g, d, ins, [ins])[0]
+    env = evaluate(g, d, ins, [ins])[0]
+    want = {"out0": [3, -3, -3, 3], "out1": [1, -1, 1, -1], "out2": [1.5, -1.5, 1.5, -1.5]}
+    for name, node in g.outputs.items():
+        assert out[name].tolist() == want[name] and np.asarray(env[node]).tolist() == want[name], name

@@ -524,6 +524,10 @@ class _Builder:
             value = _literal(ins.literal or "", ins.shape, self.m.filename, ins.line) \
                 if isinstance(ins.shape, TensorType) else None
             return node("constant", kwargs={"value": value})
+        if code == "remainder":  # XLA's remainder keeps the dividend's sign (C fmod), unlike aten.remainder
+            return node("aten.fmod", ops)
+        if code == "divide" and isinstance(ins.shape, TensorType) and ins.shape.dtype.startswith(("i", "u")):
+            return node("aten.div", ops, {"rounding_mode": "trunc"})  # integer division rounds toward zero
         if code in ELEMENTWISE:
             return node(ELEMENTWISE[code], ops)
         if code == "compare":

@@ -63,7 +63,7 @@ _BINARY = {
     "gt": (np.greater, False), "ge": (np.greater_equal, False),
     "logical_and": (np.logical_and, True), "logical_or": (np.logical_or, True),
     "bitwise_and": (np.logical_and, True), "bitwise_or": (np.logical_or, True),
-    "remainder": (np.remainder, False), "floor_divide": (np.floor_divide, False),
+    "remainder": (np.remainder, False), "fmod": (np.fmod, False), "floor_divide": (np.floor_divide, False),
 }
 _BOOL_TERMS = {"logical_and": "and", "bitwise_and": "and", "logical_or": "or", "bitwise_or": "or"}
 for _name, (_fn, _comm) in _BINARY.items():
