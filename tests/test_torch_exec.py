@@ -262,6 +262,12 @@ return (y,)'''))
         execute(g, d, {"x": x}, [{"x": x}])
     assert exc.value.op == "mylib.mystery"
     g, d = _one(_fx('x: "f32[4]"', '''
+y: "f32[5]" = torch.ops.aten.neg.default(x)
+return (y,)'''))
+    with pytest.raises(NotExecutable) as exc:  # the dump's annotation disagrees with torch
+        execute(g, d, {"x": x}, [{"x": x}])
+    assert exc.value.node == "y" and "torch gives shape [4], the graph says [5]" in str(exc.value)
+    g, d = _one(_fx('x: "f32[4]"', '''
 _tensor_constant0 = self._tensor_constant0
 c: "f32[4]" = torch.ops.aten.lift_fresh_copy.default(_tensor_constant0)
 y: "f32[4]" = torch.ops.aten.add.Tensor(x, c)
@@ -539,12 +545,14 @@ ENTRY %main (a: s32[4], b: s32[4], x: f32[4], y: f32[4]) -> (s32[4], s32[4], f32
   %x = f32[4]{0} parameter(2)
   %y = f32[4]{0} parameter(3)
   %d = s32[4]{0} divide(%a, %b)
+  %n = s32[4]{0} and(%a, %b)
   %r = s32[4]{0} remainder(%a, %b)
   %fr = f32[4]{0} remainder(%x, %y)
   ROOT %t = (s32[4], s32[4], f32[4]) tuple(%d, %r, %fr)
 }
 """
     (g,) = load_hlo_program(text, 1, filename="r.hlo")
+    assert g.node("n").op == "aten.bitwise_and"  # on integers XLA's and is bit by bit
     ins = {"a": np.array([7, -7, 7, -7], dtype=np.int32), "b": np.array([2, 2, -2, -2], dtype=np.int32),
            "x": np.array([5.5, -5.5, 5.5, -5.5]), "y": np.array([2.0, 2.0, -2.0, -2.0])}
     d = DistributedProgram([g])

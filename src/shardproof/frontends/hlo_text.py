@@ -526,8 +526,11 @@ class _Builder:
             return node("constant", kwargs={"value": value})
         if code == "remainder":  # XLA's remainder keeps the dividend's sign (C fmod), unlike aten.remainder
             return node("aten.fmod", ops)
-        if code == "divide" and isinstance(ins.shape, TensorType) and ins.shape.dtype.startswith(("i", "u")):
+        integer = isinstance(ins.shape, TensorType) and ins.shape.dtype.startswith(("i", "u"))
+        if code == "divide" and integer:
             return node("aten.div", ops, {"rounding_mode": "trunc"})  # integer division rounds toward zero
+        if code in ("and", "or", "not") and integer:  # on integers XLA works bit by bit
+            return node(f"aten.bitwise_{code}", ops)
         if code in ELEMENTWISE:
             return node(ELEMENTWISE[code], ops)
         if code == "compare":
