@@ -575,3 +575,12 @@ return (x, y)'''))
     assert out["out0"].tolist() == [2, 1, 8, 0] and out["out1"].tolist() == [7, 7, 14, 7]  # torch's own values
     env = evaluate(g, d, ins, [ins])[0]
     assert [np.asarray(env[n]).astype(np.int64).tolist() for n in g.outputs.values()] == [[2, 1, 8, 0], [7, 7, 14, 7]]
+
+
+def test_programs_writing_into_their_inputs_leave_the_callers_values_alone():
+    g, d = _one(_fx('x: "f32[3]"', '''
+a: "f32[3]" = torch.ops.aten.add_.Tensor(x, 1)
+return (a,)'''))
+    x = np.zeros(3)
+    s_out, d_out = execute(g, d, {"x": x}, [{"x": x}])  # the same array on both sides, as Replicate gives
+    assert x.tolist() == [0, 0, 0] and s_out["out0"].tolist() == d_out[0]["out0"].tolist() == [1, 1, 1]

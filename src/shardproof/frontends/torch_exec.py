@@ -232,7 +232,9 @@ class _Runner:
         if node.op == "input":
             if node.name not in self.inputs:
                 raise NotExecutable("input", f"no value given for input {node.name}", node.name)
-            value = torch.as_tensor(np.asarray(self.inputs[node.name]), device=self.device)
+            # a copy: programs may write into their inputs, and the caller's arrays are shared
+            # between the single-device program and the ranks that replicate them
+            value = torch.tensor(np.asarray(self.inputs[node.name]), device=self.device)
             return _coerce(value, node.type, node, self.every, self.device)
         if node.op == "constant":
             return _constant(node, self.device)
