@@ -168,7 +168,8 @@ def _gather(x, idx, offset_dims, collapsed_slice_dims, start_index_map, index_ve
         start = torch.zeros(n, dtype=torch.int64, device=x.device)
         if d in start_index_map:
             start = rows[:, list(start_index_map).index(d)].clamp(0, x.shape[d] - slice_sizes[d])
-        offs = torch.arange(slice_sizes[d], device=x.device).reshape([1] + [slice_sizes[e] if e == d else 1 for e in range(x.dim())])
+        view = [1] + [slice_sizes[e] if e == d else 1 for e in range(x.dim())]
+        offs = torch.arange(slice_sizes[d], device=x.device).reshape(view)
         grids.append(start.reshape([n] + [1] * x.dim()) + offs)  # broadcast to [n, *slice_sizes]
     window = x[tuple(grids)]  # [n, *slice_sizes]
     keep = [s for d, s in enumerate(slice_sizes) if d not in collapsed_slice_dims]
