@@ -426,6 +426,7 @@ def collectives_on_gloo():
     return seq, DistributedProgram(graphs), rank_inputs, real
 
 
+@pytest.mark.slow  # three processes on a gloo group
 def test_collectives_compute_what_gloo_computes(collectives_on_gloo):
     seq, dist, rank_inputs, real = collectives_on_gloo
     _, executed = execute(seq, dist, {"x": rank_inputs[0]["x"]}, rank_inputs)
@@ -437,6 +438,7 @@ def test_collectives_compute_what_gloo_computes(collectives_on_gloo):
     assert np.array_equal(real[1]["bc"], rank_inputs[2]["x"])
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(reason="finding: the numpy numerics (ops/collectives.py) read a functional broadcast's src as a "
                           "global rank; c10d's kernel reads it as the rank in the group (issue 14, class 2)")
 def test_numpy_numerics_compute_what_gloo_computes(collectives_on_gloo):
