@@ -1,9 +1,9 @@
-"""Row-parallel scores thresholded per rank ("is my partial positive") and the flags summed:
-not whether the full score is positive."""
+"""Row-parallel integer-valued scores cast to bool per rank ("is my partial nonzero") and
+the flags summed: partials that cancel (1 + -1) are nonzero, their sum is not."""
 import torch
 import torch.distributed as dist
 
-from adv import fn_case
+from adv import fn_case, ints
 
 LABEL, CLASS = "bug", "casts"
 
@@ -19,4 +19,4 @@ def distributed(rank, world, x, w):
 
 
 def case(world_size=2):
-    return fn_case(single, distributed, {"x": torch.randn(4, 8), "w": torch.randn(8, 6)}, shard={"x": 1, "w": 0})
+    return fn_case(single, distributed, {"x": ints(8, 4, high=1), "w": ints(4, 8, high=1)}, shard={"x": 1, "w": 0})
