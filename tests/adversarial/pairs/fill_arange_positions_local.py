@@ -4,6 +4,7 @@ import torch
 from adv import fn_case
 
 LABEL, CLASS = "bug", "relations"
+BUG_OP = "aten.mul"  # where shardproof must find it
 
 
 def single(x):

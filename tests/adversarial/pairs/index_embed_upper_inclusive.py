@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from adv import fn_case
 
 LABEL, CLASS = "bug", "relations"
+BUG_OP = "aten.embedding"  # where shardproof must find it
 V = 8
 
 

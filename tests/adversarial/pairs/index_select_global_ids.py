@@ -6,6 +6,7 @@ import torch.distributed as dist
 from adv import fn_case
 
 LABEL, CLASS = "bug", "relations"
+BUG_OP = "aten.index_select"  # where shardproof must find it
 IDS = torch.tensor([1, 5, 6])
 
 

@@ -5,6 +5,7 @@ import torch
 from adv import fn_case
 
 LABEL, CLASS = "bug", "relations"
+BUG_OP = "aten.masked_fill"  # where shardproof must find it
 S = 8
 
 

@@ -6,6 +6,7 @@ import torch.distributed as dist
 from adv import fn_case
 
 LABEL, CLASS = "bug", "relations"
+BUG_OP = "aten.mean"  # where shardproof must find it
 
 
 def single(x):
