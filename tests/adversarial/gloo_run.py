@@ -165,5 +165,6 @@ if __name__ == "__main__":
     for path in sys.argv[1:] or pair_files():
         mod = load(path)
         outcome, why = gloo_outcome(mod)
-        flag = "" if (outcome == "differs") == (mod.LABEL == "bug") else "  <-- LABEL MISMATCH"
-        print(f"{os.path.basename(path):40s} {mod.LABEL:4s} {outcome:8s} {why}{flag}", flush=True)
+        label = getattr(mod, "LABEL", "ok")  # a zoo case: correct
+        flag = "" if (outcome == "differs") == (label == "bug") else "  <-- LABEL MISMATCH"
+        print(f"{os.path.basename(path):40s} {label:4s} {outcome:8s} {why}{flag}", flush=True)
