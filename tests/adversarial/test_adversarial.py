@@ -18,21 +18,25 @@ import torch  # noqa: E402
 from gloo_run import gloo_outcome, load, pair_files  # noqa: E402
 from shardproof.api import verify_case  # noqa: E402
 
+# the classes of issue 14 whose fixes the failing pairs wait for
+CAST = "casts: a value-changing cast is treated as the identity (issue 14, class 1)"
+ROOT = "collectives: broadcast src in a subgroup read as a group rank (issue 14, class 2)"
+BUFFER = "collectives: a non-contiguous receive buffer modelled as a clean copy (issue 14, class 3)"
+SPLITS = "collectives: per-rank all_to_all split sizes rejected as a mismatch (issue 14, class 8)"
+EXTENT = "relations: a constant fill or expand keeps the local extent (issue 14, class 4)"
+AMBIGUOUS = "relations: a constant parameter matches every layout (issue 14, class 5)"
+IGNORE = "relations: ignore_index targets assumed absent (issue 14, class 7)"
+
 # pair -> the class whose fix it waits for (shardproof gets it wrong today)
 FAILING: dict[str, str] = {
-    "cast_trunc_before_reduce": "casts: a value-changing cast is treated as the identity (issue 14, class 1)",
-    "cast_type_as_int_partial": "casts: a value-changing cast is treated as the identity (issue 14, class 1)",
-    "cast_bf16_partial": "casts: a value-changing cast is treated as the identity (issue 14, class 1)",
-    "dtype_half_partial_sum": "casts: a value-changing cast is treated as the identity (issue 14, class 1)",
-    "bcast_subgroup_src_global": "collectives: broadcast src in a subgroup read as a group rank (issue 14, class 2)",
-    "bcast_subgroup_group_src": "collectives: broadcast src in a subgroup read as a group rank (issue 14, class 2)",
-    "a2a_recv_transposed": "collectives: a non-contiguous receive buffer modelled as a clean copy (issue 14, class 3)",
-    "a2a_split_sizes_per_rank": "collectives: per-rank all_to_all split sizes rejected as a mismatch (issue 14, class 8)",
-    "fill_count_local": "relations: a constant fill or expand keeps the local extent (issue 14, class 4)",
-    "expand_local_extent": "relations: a constant fill or expand keeps the local extent (issue 14, class 4)",
-    "loader_zero_bias_block0": "relations: a constant parameter matches every layout (issue 14, class 5)",
-    "loader_ones_weight_block0": "relations: a constant parameter matches every layout (issue 14, class 5)",
-    "ce_ignore_index_seq_mean_of_means": "relations: ignore_index targets assumed absent (issue 14, class 7)",
+    "cast_trunc_before_reduce": CAST, "cast_type_as_int_partial": CAST, "cast_bf16_partial": CAST,
+    "dtype_half_partial_sum": CAST,
+    "bcast_subgroup_src_global": ROOT, "bcast_subgroup_group_src": ROOT,
+    "a2a_recv_transposed": BUFFER,
+    "a2a_split_sizes_per_rank": SPLITS,
+    "fill_count_local": EXTENT, "expand_local_extent": EXTENT,
+    "loader_zero_bias_block0": AMBIGUOUS, "loader_ones_weight_block0": AMBIGUOUS,
+    "ce_ignore_index_seq_mean_of_means": IGNORE,
 }
 
 

@@ -211,7 +211,8 @@ def judge(seq: Graph, mutant: Mutant, bindings: dict, expect: dict | None = None
     if report.status == "violation":
         outcome = "killed"
     elif report.status == "verified" and mutant.value_changing:
-        outcome, finding = "survived", "a value-changing mutant verified (the numeric check models the op by the same rule)"
+        outcome = "survived"
+        finding = "a value-changing mutant verified (the numeric check models the op by the same rule)"
     elif report.status == "verified":
         try:
             differs = any(differing_outputs(seq, mutant.program, bindings, expect, examples, seed=s)[0] for s in seeds)

@@ -1,5 +1,6 @@
 """Tensor- to batch-parallel with all_to_all_single; the receive buffer is
-`torch.empty_like(y.t().contiguous()).t()`. Bug: a non-contiguous (transposed) buffer, which gloo fills as if it were contiguous."""
+`torch.empty_like(y.t().contiguous()).t()`. Bug: a non-contiguous (transposed) buffer, which gloo
+fills as if it were contiguous."""
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
 """Tensor- to batch-parallel with all_to_all_single; the receive buffer is
-`torch.empty_like(y.t().contiguous()).t().contiguous()`. Trap: it looks transposed, but .contiguous() makes a fresh dense buffer."""
+`torch.empty_like(y.t().contiguous()).t().contiguous()`. Trap: it looks transposed, but
+.contiguous() makes a fresh dense buffer."""
 import torch
 import torch.distributed as dist
 

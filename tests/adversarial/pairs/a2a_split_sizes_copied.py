@@ -1,6 +1,7 @@
-"""Expert parallelism with static routing: row i of x goes to expert ROUTE[i]; rank r holds
-rows [4r, 4r + 4) and expert r's scale. Rows travel to their expert's rank by
-all_to_all_single with per-rank split sizes, are scaled there, and travel back. Bug: rank 1 uses rank 0's send sizes (consistent sizes, wrong rows: row 5 reaches expert 1)."""
+"""Expert parallelism with static routing: row i of x goes to expert ROUTE[i]; rank r holds rows [4r,
+4r + 4) and expert r's scale. Rows travel to their expert's rank by all_to_all_single with per-rank
+split sizes, are scaled there, and travel back. Bug: rank 1 uses rank 0's send sizes (consistent
+sizes, wrong rows: row 5 reaches expert 1)."""
 import torch
 import torch.distributed as dist
 

@@ -1,6 +1,6 @@
-"""Expert parallelism with static routing: row i of x goes to expert ROUTE[i]; rank r holds
-rows [4r, 4r + 4) and expert r's scale. Rows travel to their expert's rank by
-all_to_all_single with per-rank split sizes, are scaled there, and travel back. Correct: split sizes differ per rank."""
+"""Expert parallelism with static routing: row i of x goes to expert ROUTE[i]; rank r holds rows [4r,
+4r + 4) and expert r's scale. Rows travel to their expert's rank by all_to_all_single with per-rank
+split sizes, are scaled there, and travel back. Correct: split sizes differ per rank."""
 import torch
 import torch.distributed as dist
 

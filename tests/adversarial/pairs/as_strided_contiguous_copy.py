@@ -1,5 +1,6 @@
 """Row shards all-gathered, then a 2x3 window of the transpose read with
-`xt.contiguous().as_strided((2, 3), (4, 1), 4) * 1.0`. Trap: on a contiguous copy of the transpose the same call is correct."""
+`xt.contiguous().as_strided((2, 3), (4, 1), 4) * 1.0`. Trap: on a contiguous copy of the transpose
+the same call is correct."""
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,5 @@
-"""Row shards all-gathered, then a 2x3 window of the transpose read with
-`xt.as_strided((2, 3), (4, 1), 4) * 1.0`. Bug: as_strided reads the storage (x's rows), not the transposed view."""
+"""Row shards all-gathered, then a 2x3 window of the transpose read with `xt.as_strided((2, 3), (4, 1),
+4) * 1.0`. Bug: as_strided reads the storage (x's rows), not the transposed view."""
 import torch
 import torch.distributed as dist
 

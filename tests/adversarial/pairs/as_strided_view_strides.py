@@ -1,5 +1,5 @@
-"""Row shards all-gathered, then a 2x3 window of the transpose read with
-`xt.as_strided((2, 3), (1, 6), 1) * 1.0`. Trap: as_strided with the storage's own strides and offset (correct)."""
+"""Row shards all-gathered, then a 2x3 window of the transpose read with `xt.as_strided((2, 3), (1, 6),
+1) * 1.0`. Trap: as_strided with the storage's own strides and offset (correct)."""
 import torch
 import torch.distributed as dist
 

@@ -1,4 +1,5 @@
-"""A row statistic expanded over the feature dim and summed: `torch.exp(y.expand(-1, 8) / 8).sum(-1)`. Correct."""
+"""A row statistic expanded over the feature dim and summed: `torch.exp(y.expand(-1, 8) / 8).sum(-1)`.
+Correct."""
 import torch
 import torch.distributed as dist
 

@@ -1,4 +1,5 @@
-"""A row statistic expanded over the feature dim and summed: `torch.exp(y.expand(-1, 8 // world) / 8).sum(-1)`. Bug: expanded to the local feature extent."""
+"""A row statistic expanded over the feature dim and summed: `torch.exp(y.expand(-1, 8 // world) /
+8).sum(-1)`. Bug: expanded to the local feature extent."""
 import torch
 import torch.distributed as dist
 

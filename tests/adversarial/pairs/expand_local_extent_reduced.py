@@ -1,4 +1,5 @@
-"""A row statistic expanded over the feature dim and summed: `_reduced(torch.exp(y.expand(-1, 8 // world) / 8).sum(-1))`. Correct: the local extent, summed over ranks."""
+"""A row statistic expanded over the feature dim and summed: `_reduced(torch.exp(y.expand(-1, 8 //
+world) / 8).sum(-1))`. Correct: the local extent, summed over ranks."""
 import torch
 import torch.distributed as dist
 

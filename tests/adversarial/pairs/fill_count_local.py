@@ -1,5 +1,5 @@
-"""A sequence-parallel mean loss: the squared activations summed over ranks, divided by
-the token count `(1 - torch.zeros(x.shape[0], x.shape[1])).sum()`. Bug: the local count (this rank's tokens only)."""
+"""A sequence-parallel mean loss: the squared activations summed over ranks, divided by the token count
+`(1 - torch.zeros(x.shape[0], x.shape[1])).sum()`. Bug: the local count (this rank's tokens only)."""
 import torch
 import torch.distributed as dist
 

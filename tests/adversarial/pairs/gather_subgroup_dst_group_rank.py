@@ -1,5 +1,6 @@
-"""Ranks 1 and 2 each hold a row block of x*2 and gather it in subgroup {1, 2} to
-`dst=1`, which broadcasts the whole back from global rank 2. Bug: the blocks land on global rank 1; rank 2 broadcasts zeros."""
+"""Ranks 1 and 2 each hold a row block of x*2 and gather it in subgroup {1, 2} to `dst=1`, which
+broadcasts the whole back from global rank 2. Bug: the blocks land on global rank 1; rank 2
+broadcasts zeros."""
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-"""Vocab-parallel embedding: each rank owns V / world rows, looks up the ids in its
-range (mask `ids < hi`), zeroes the rest and the ranks all-reduce. Bug: no lower bound: rank 1 also counts the ids below its range."""
+"""Vocab-parallel embedding: each rank owns V / world rows, looks up the ids in its range (mask `ids <
+hi`), zeroes the rest and the ranks all-reduce. Bug: no lower bound: rank 1 also counts the ids
+below its range."""
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F

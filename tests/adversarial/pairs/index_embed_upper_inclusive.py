@@ -1,5 +1,6 @@
-"""Vocab-parallel embedding: each rank owns V / world rows, looks up the ids in its
-range (mask `(ids >= lo) & (ids <= hi)`), zeroes the rest and the ranks all-reduce. Bug: id hi is also looked up (clamped to the last row) by the rank below it."""
+"""Vocab-parallel embedding: each rank owns V / world rows, looks up the ids in its range (mask `(ids
+>= lo) & (ids <= hi)`), zeroes the rest and the ranks all-reduce. Bug: id hi is also looked up
+(clamped to the last row) by the rank below it."""
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F

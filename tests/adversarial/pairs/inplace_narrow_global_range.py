@@ -1,4 +1,5 @@
-"""In-place ops through views on a column shard (columns [rank * n, (rank + 1) * n)): the global range :K intersected with the rank's columns, through narrow."""
+"""In-place ops through views on a column shard (columns [rank * n, (rank + 1) * n)): the global range
+:K intersected with the rank's columns, through narrow."""
 import torch
 
 from adv import fn_case

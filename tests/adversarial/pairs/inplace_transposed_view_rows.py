@@ -1,4 +1,5 @@
-"""In-place ops through views on a column shard (columns [rank * n, (rank + 1) * n)): through the transpose, on every rank's own first K columns."""
+"""In-place ops through views on a column shard (columns [rank * n, (rank + 1) * n)): through the
+transpose, on every rank's own first K columns."""
 import torch
 
 from adv import fn_case

@@ -1,4 +1,5 @@
-"""In-place ops through views on a column shard (columns [rank * n, (rank + 1) * n)): every rank doubles its own first K columns."""
+"""In-place ops through views on a column shard (columns [rank * n, (rank + 1) * n)): every rank
+doubles its own first K columns."""
 import torch
 
 from adv import fn_case

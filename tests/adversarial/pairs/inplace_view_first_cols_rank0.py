@@ -1,4 +1,5 @@
-"""In-place ops through views on a column shard (columns [rank * n, (rank + 1) * n)): columns :K live on rank 0 only (K < n), so only rank 0 doubles them."""
+"""In-place ops through views on a column shard (columns [rank * n, (rank + 1) * n)): columns :K live
+on rank 0 only (K < n), so only rank 0 doubles them."""
 import torch
 
 from adv import fn_case

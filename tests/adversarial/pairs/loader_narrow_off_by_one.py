@@ -1,5 +1,6 @@
-"""Column-parallel linear whose rank program loads its weight block as
-`W.narrow(0, rank * (D_OUT // world) - (1 if rank else 0), D_OUT // world)` and its bias as `b.chunk(world, 0)[rank]`. Bug: the narrow starts one row early on rank 1."""
+"""Column-parallel linear whose rank program loads its weight block as `W.narrow(0, rank * (D_OUT //
+world) - (1 if rank else 0), D_OUT // world)` and its bias as `b.chunk(world, 0)[rank]`. Bug: the
+narrow starts one row early on rank 1."""
 import torch
 from torch import nn
 

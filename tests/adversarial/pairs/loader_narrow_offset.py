@@ -1,5 +1,6 @@
-"""Column-parallel linear whose rank program loads its weight block as
-`W.narrow(0, rank * (D_OUT // world), D_OUT // world)` and its bias as `b[rank * (D_OUT // world):(rank + 1) * (D_OUT // world)]`. Trap: narrow and slicing instead of chunk."""
+"""Column-parallel linear whose rank program loads its weight block as `W.narrow(0, rank * (D_OUT //
+world), D_OUT // world)` and its bias as `b[rank * (D_OUT // world):(rank + 1) * (D_OUT // world)]`.
+Trap: narrow and slicing instead of chunk."""
 import torch
 from torch import nn
 

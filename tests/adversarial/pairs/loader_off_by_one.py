@@ -1,5 +1,5 @@
-"""Column-parallel linear whose rank program loads its weight block as
-`W.chunk(world, 0)[(rank + 1) % world]` and its bias as `b.chunk(world, 0)[(rank + 1) % world]`. Bug: the next rank's block."""
+"""Column-parallel linear whose rank program loads its weight block as `W.chunk(world, 0)[(rank + 1) %
+world]` and its bias as `b.chunk(world, 0)[(rank + 1) % world]`. Bug: the next rank's block."""
 import torch
 from torch import nn
 

@@ -1,5 +1,5 @@
-"""Column-parallel linear whose rank program loads its weight block as
-`W.chunk(world, 0)[0]` and its bias as `b.chunk(world, 0)[rank]`. Bug: weight block 0 everywhere; the weight starts as all ones."""
+"""Column-parallel linear whose rank program loads its weight block as `W.chunk(world, 0)[0]` and its
+bias as `b.chunk(world, 0)[rank]`. Bug: weight block 0 everywhere; the weight starts as all ones."""
 import torch
 from torch import nn
 

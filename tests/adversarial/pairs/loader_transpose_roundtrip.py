@@ -1,5 +1,6 @@
-"""Column-parallel linear whose rank program loads its weight block as
-`W.t().chunk(world, 1)[rank].t()` and its bias as `b.chunk(world, 0)[rank]`. Trap: a block of the transpose, transposed back: the same rows."""
+"""Column-parallel linear whose rank program loads its weight block as `W.t().chunk(world,
+1)[rank].t()` and its bias as `b.chunk(world, 0)[rank]`. Trap: a block of the transpose, transposed
+back: the same rows."""
 import torch
 from torch import nn
 

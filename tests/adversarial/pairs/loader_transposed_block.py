@@ -1,5 +1,6 @@
-"""Column-parallel linear whose rank program loads its weight block as
-`W.chunk(world, 1)[rank].t()` and its bias as `b.chunk(world, 0)[rank]`. Bug: a column block, transposed (the square weight gives it the right shape)."""
+"""Column-parallel linear whose rank program loads its weight block as `W.chunk(world, 1)[rank].t()`
+and its bias as `b.chunk(world, 0)[rank]`. Bug: a column block, transposed (the square weight gives
+it the right shape)."""
 import torch
 from torch import nn
 

@@ -1,5 +1,6 @@
-"""Column-parallel linear whose rank program loads its weight block as
-`W.chunk(world, 0)[rank]` and its bias as `b.chunk(world, 0)[0]`. Bug: every rank loads bias block 0; the single-device bias starts at zero, so only distinct values reveal it."""
+"""Column-parallel linear whose rank program loads its weight block as `W.chunk(world, 0)[rank]` and
+its bias as `b.chunk(world, 0)[0]`. Bug: every rank loads bias block 0; the single-device bias
+starts at zero, so only distinct values reveal it."""
 import torch
 from torch import nn
 

@@ -1,5 +1,6 @@
-"""Causal attention scores with the queries sharded by sequence; each rank builds its
-causal mask as `torch.arange(S)[None, :] <= (torch.arange(n) + rank * n)[:, None]`. Trap: positions compared with arange plus the rank offset."""
+"""Causal attention scores with the queries sharded by sequence; each rank builds its causal mask as
+`torch.arange(S)[None, :] <= (torch.arange(n) + rank * n)[:, None]`. Trap: positions compared with
+arange plus the rank offset."""
 import torch
 
 from adv import fn_case

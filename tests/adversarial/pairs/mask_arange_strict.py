@@ -1,5 +1,6 @@
-"""Causal attention scores with the queries sharded by sequence; each rank builds its
-causal mask as `torch.arange(S)[None, :] < (torch.arange(n) + rank * n)[:, None] + (rank == 0)`. Bug: strict comparison on rank 1 (a query cannot see itself)."""
+"""Causal attention scores with the queries sharded by sequence; each rank builds its causal mask as
+`torch.arange(S)[None, :] < (torch.arange(n) + rank * n)[:, None] + (rank == 0)`. Bug: strict
+comparison on rank 1 (a query cannot see itself)."""
 import torch
 
 from adv import fn_case

@@ -1,5 +1,6 @@
-"""Causal attention scores with the queries sharded by sequence; each rank builds its
-causal mask as `torch.ones(n, S, dtype=torch.bool).tril(diagonal=rank * n)`. Trap: tril's diagonal argument carries the rank offset."""
+"""Causal attention scores with the queries sharded by sequence; each rank builds its causal mask as
+`torch.ones(n, S, dtype=torch.bool).tril(diagonal=rank * n)`. Trap: tril's diagonal argument carries
+the rank offset."""
 import torch
 
 from adv import fn_case

@@ -1,5 +1,6 @@
-"""Causal attention scores with the queries sharded by sequence; each rank builds its
-causal mask as `torch.ones(n, S, dtype=torch.bool).tril()`. Bug: tril of the local block, as if the rank's queries started at position 0."""
+"""Causal attention scores with the queries sharded by sequence; each rank builds its causal mask as
+`torch.ones(n, S, dtype=torch.bool).tril()`. Bug: tril of the local block, as if the rank's queries
+started at position 0."""
 import torch
 
 from adv import fn_case

@@ -1,5 +1,6 @@
-"""Causal attention scores with the queries sharded by sequence; each rank builds its
-causal mask as `torch.ones(n, S, dtype=torch.bool).tril(diagonal=rank * n + 1)`. Bug: the diagonal one too far (each query sees the next key)."""
+"""Causal attention scores with the queries sharded by sequence; each rank builds its causal mask as
+`torch.ones(n, S, dtype=torch.bool).tril(diagonal=rank * n + 1)`. Bug: the diagonal one too far
+(each query sees the next key)."""
 import torch
 
 from adv import fn_case

@@ -1,5 +1,6 @@
-"""Causal attention scores with the queries sharded by sequence; each rank builds its
-causal mask as `torch.ones(S, S, dtype=torch.bool).tril()[rank * n:(rank + 1) * n]`. Correct: the rank's rows of the full mask."""
+"""Causal attention scores with the queries sharded by sequence; each rank builds its causal mask as
+`torch.ones(S, S, dtype=torch.bool).tril()[rank * n:(rank + 1) * n]`. Correct: the rank's rows of
+the full mask."""
 import torch
 
 from adv import fn_case

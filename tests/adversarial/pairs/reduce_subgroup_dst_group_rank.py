@@ -1,6 +1,6 @@
-"""Row-parallel partial sums on ranks 1 and 2 reduced in subgroup {1, 2} to global rank 2
-(group rank 1), then broadcast back from it, written as `dst=1`. Bug: dst is global: the sum lands on rank 1 and rank 2 broadcasts its partial. Ranks 0 and 3
-compute the product whole."""
+"""Row-parallel partial sums on ranks 1 and 2 reduced in subgroup {1, 2} to global rank 2 (group rank
+1), then broadcast back from it, written as `dst=1`. Bug: dst is global: the sum lands on rank 1 and
+rank 2 broadcasts its partial. Ranks 0 and 3 compute the product whole."""
 import torch
 import torch.distributed as dist
 

@@ -1,6 +1,6 @@
-"""Row-parallel partial sums on ranks 1 and 2 reduced in subgroup {1, 2} to global rank 2
-(group rank 1), then broadcast back from it, written as `group_dst=0`. Bug: group rank 0 is global rank 1. Ranks 0 and 3
-compute the product whole."""
+"""Row-parallel partial sums on ranks 1 and 2 reduced in subgroup {1, 2} to global rank 2 (group rank
+1), then broadcast back from it, written as `group_dst=0`. Bug: group rank 0 is global rank 1. Ranks
+0 and 3 compute the product whole."""
 import torch
 import torch.distributed as dist
 

@@ -1,6 +1,6 @@
-"""Rank 2 owns x and scatters its row blocks in subgroup {1, 2} with `src=1`; each
-member doubles its block and the group all-gathers the result. Bug: src=1 (meant as group rank 1) is global rank 1, which holds zeros. Ranks 0 and 3 compute
-it whole."""
+"""Rank 2 owns x and scatters its row blocks in subgroup {1, 2} with `src=1`; each member doubles its
+block and the group all-gathers the result. Bug: src=1 (meant as group rank 1) is global rank 1,
+which holds zeros. Ranks 0 and 3 compute it whole."""
 import torch
 import torch.distributed as dist
 

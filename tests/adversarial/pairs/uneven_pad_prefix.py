@@ -1,5 +1,6 @@
-"""An uneven all-gather by padding: rank 0 holds 2 rows, rank 1 holds 3; rank 0 pads to 3,
-both all-gather, and the padding is removed with `g[:5]`. Bug: the first 5 rows keep rank 0's padding row and drop rank 1's last row."""
+"""An uneven all-gather by padding: rank 0 holds 2 rows, rank 1 holds 3; rank 0 pads to 3, both all-
+gather, and the padding is removed with `g[:5]`. Bug: the first 5 rows keep rank 0's padding row and
+drop rank 1's last row."""
 import torch
 import torch.distributed as dist
 
