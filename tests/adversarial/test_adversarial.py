@@ -90,3 +90,13 @@ def test_shardproof_never_lies(path):
             assert f"({module.BUG_OP})" in why, why
     else:
         assert status != "violation", f"a correct program was reported a violation: {why}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["sp_token_mean", "broadcast_from_owner"])
+def test_zoo_cases_added_for_the_class_operators_are_correct_on_gloo(name):
+    """The zoo cases added so the fill, cast and root mutation operators apply are correct
+    programs: a fact about PyTorch too."""
+    from conftest import ZOO
+    outcome, why = gloo_outcome(load(os.path.join(ZOO, f"{name}.py")))
+    assert outcome == "equal", why
