@@ -364,7 +364,7 @@ def mutation_test(case: Case, world_size: int | None = None, operators=None, pro
     from .engine.mutants import judge, mutants
     say = progress or _quiet
     p = prepare(case, world_size)
-    todo = [m for m in mutants(p.dist, operators) if m.program is not None]  # None: does not apply here
+    todo = [m for m in mutants(p.dist, operators, p.bindings, p.examples) if m.program is not None]  # None: does not apply here
     outcomes = []
     for i, m in enumerate(todo):
         say(f"{case.name}: {m.what}", i, len(todo))

@@ -54,7 +54,8 @@ def render_mutants(results: dict[str, list], console: Console | None = None) -> 
     for case, outcomes in results.items():
         for o in outcomes:
             if o.outcome == "survived":
-                console.print(f"[bold red]SURVIVED[/] {case}: {o.mutant.what} was verified but differs numerically "
+                why = o.finding or "differs numerically"
+                console.print(f"[bold red]SURVIVED[/] {case}: {o.mutant.what} was verified, but {why} "
                               f"(a soundness bug in the rules)")
     if not totals["survived"]:
         console.print(f"no survivors: {totals['killed']} killed, {totals['equivalent']} proved equivalent and "

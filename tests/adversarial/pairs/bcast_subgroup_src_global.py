@@ -1,0 +1,25 @@
+"""Broadcast in subgroup {1, 2} from the owner, global rank 2 (group rank 1), written as
+`src=2`. Correct: src is a global rank."""
+import torch
+import torch.distributed as dist
+
+from adv import fn_case, subgroups
+
+LABEL, CLASS = "ok", "collectives"
+WORLD = 4
+
+
+def single(x):
+    return x * 2
+
+
+def distributed(rank, world, x):
+    (g,) = subgroups([1, 2])
+    t = x * 2 if rank != 1 else torch.zeros_like(x)
+    if rank in (1, 2):
+        dist.broadcast(t, src=2, group=g)
+    return t
+
+
+def case(world_size=4):
+    return fn_case(single, distributed, {"x": torch.randn(3, 4)}, world=world_size)

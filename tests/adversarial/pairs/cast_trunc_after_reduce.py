@@ -1,0 +1,21 @@
+"""Trap: the same int64 cast, after the all_reduce (correct)."""
+import torch
+import torch.distributed as dist
+
+from adv import fn_case
+
+LABEL, CLASS = "ok", "casts"
+
+
+def single(x, w):
+    return (x @ w).to(torch.int64)
+
+
+def distributed(rank, world, x, w):
+    y = x @ w
+    dist.all_reduce(y)
+    return y.to(torch.int64)
+
+
+def case(world_size=2):
+    return fn_case(single, distributed, {"x": torch.randn(4, 8), "w": torch.randn(8, 6)}, shard={"x": 1, "w": 0})

@@ -1,0 +1,28 @@
+"""A row statistic expanded over the feature dim and summed: `_reduced(torch.exp(y.expand(-1, 8 //
+world) / 8).sum(-1))`. Correct: the local extent, summed over ranks."""
+import torch
+import torch.distributed as dist
+
+from adv import fn_case
+
+LABEL, CLASS = "ok", "relations"
+
+
+def single(x, w):
+    y = (x @ w).sum(-1, keepdim=True)
+    return torch.exp(y.expand(-1, 8) / 8).sum(-1)
+
+
+def distributed(rank, world, x, w):
+    y = (x @ w).sum(-1, keepdim=True)
+    dist.all_reduce(y)
+    return _reduced(torch.exp(y.expand(-1, 8 // world) / 8).sum(-1))
+
+
+def case(world_size=2):
+    return fn_case(single, distributed, {"x": torch.randn(4, 6), "w": torch.randn(6, 8)}, shard={"w": 1})
+
+
+def _reduced(t):
+    dist.all_reduce(t)
+    return t

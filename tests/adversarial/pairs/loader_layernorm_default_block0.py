@@ -1,0 +1,38 @@
+"""Feature-sharded affine normalisation: a LayerNorm over the full features computed on
+the replicated input, then each rank applies its block of the LayerNorm's weight and bias
+(default ones and zeros) to its feature shard, loaded as `0`. Bug: every rank loads block 0 (invisible while the weights are at their defaults)."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from shardproof import Case
+
+LABEL, CLASS = "bug", "relations"
+D = 8
+
+
+class Full(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(D)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+class Sharded(nn.Module):
+    def __init__(self, full, rank, world):
+        super().__init__()
+        self.rank, self.world = rank, world
+        self.weight = nn.Parameter(full.norm.weight.detach().chunk(world)[0].clone())
+        self.bias = nn.Parameter(full.norm.bias.detach().chunk(world)[0].clone())
+
+    def forward(self, x):
+        h = F.layer_norm(x, (D,))
+        return h.chunk(self.world, -1)[self.rank] * self.weight + self.bias
+
+
+def case(world_size=2):
+    full = Full()
+    return Case(single=full, distributed=lambda rank, world: Sharded(full, rank, world),
+                inputs={"x": torch.randn(3, D)}, world_size=world_size, expect={"out": "Shard(1)"})

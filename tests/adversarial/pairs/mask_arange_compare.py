@@ -1,0 +1,27 @@
+"""Causal attention scores with the queries sharded by sequence; each rank builds its causal mask as
+`torch.arange(S)[None, :] <= (torch.arange(n) + rank * n)[:, None]`. Trap: positions compared with
+arange plus the rank offset."""
+import torch
+
+from adv import fn_case
+
+LABEL, CLASS = "ok", "relations"
+S = 8
+
+
+def single(q, k):
+    scores = q @ k.t()
+    mask = torch.ones(S, S, dtype=torch.bool).tril()
+    return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+def distributed(rank, world, q, k):
+    n = q.shape[0]
+    scores = q @ k.t()
+    mask = torch.arange(S)[None, :] <= (torch.arange(n) + rank * n)[:, None]
+    return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+def case(world_size=2):
+    return fn_case(single, distributed, {"q": torch.randn(S, 4), "k": torch.randn(S, 4)}, shard={"q": 0},
+                   expect="Shard(0)")
