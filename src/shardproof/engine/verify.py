@@ -384,9 +384,8 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
     if run.mismatch is not None:
         m = run.mismatch
         n = m.nodes[0]
-        report.findings.append(Finding("collective-mismatch", m.ranks, n.name, n.op, _src(n), "matching collectives",
-                                       "mismatched", m.message,
-                                       "make every rank of the group issue the same collectives in the same order"))
+        report.findings.append(Finding(m.kind, m.ranks, n.name, n.op, _src(n), "matching collectives",
+                                       "mismatched", m.message, m.hint))
         return finish("violation")
     if run.unsupported:
         u = run.unsupported[0]

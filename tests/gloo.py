@@ -1,0 +1,104 @@
+"""Run a case's distributed program for real: one gloo process per rank (CPU), and its
+single-device program, then compare. Labels of test programs are facts about PyTorch.
+
+``run_case_file(path, world_size)`` -> :class:`GlooRun` (each rank's outputs and the
+single-device ones); ``max_differences(run)`` -> {output: max |rank - single| over ranks}.
+A case file defines ``case(world_size)``; its outputs must be replicated on every rank
+(each rank returns the single-device value when the program is correct)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+_ZOO = os.path.join(os.path.dirname(__file__), "..", "src", "shardproof", "zoo")
+
+
+@dataclass
+class GlooRun:
+    single: dict
+    ranks: list  # per rank: {output: tensor} or the error text
+
+
+def load_case(path: str, world_size: int):
+    for d in (_ZOO, os.path.join(_ZOO, "train")):
+        if d not in sys.path:
+            sys.path.insert(0, d)
+    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.case(world_size)
+
+
+def _outputs(out) -> dict:
+    if isinstance(out, dict):
+        return {str(k): v for k, v in out.items()}
+    if isinstance(out, (tuple, list)):
+        return {f"out{i}": v for i, v in enumerate(out)}
+    return {"out": out}
+
+
+def _call(program, data: dict) -> dict:
+    with torch.no_grad():
+        return {k: v.detach().clone() for k, v in _outputs(program(**data)).items()}
+
+
+def _rank_main(rank: int, world: int, port: int, path: str, queue) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        case = load_case(path, world)
+        data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
+        queue.put((rank, _call(case.distributed(rank, world), data)))
+    except Exception as exc:  # the program is refused at run time (a real error)
+        queue.put((rank, f"{type(exc).__name__}: {exc}"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_case_file(path: str, world_size: int, timeout: float = 120) -> GlooRun:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, os.path.abspath(path), queue))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results = dict(queue.get(timeout=timeout) for _ in procs)
+    for p in procs:
+        p.join(timeout)
+    case = load_case(path, world_size)
+    return GlooRun(_call(case.single, dict(case.inputs)), [results[r] for r in range(world_size)])
+
+
+def max_differences(run: GlooRun) -> dict:
+    """{output: max abs difference of any rank from the single device} (inf: a rank failed
+    or its shape differs)."""
+    out = {}
+    for name, ref in run.single.items():
+        worst = 0.0
+        for got in run.ranks:
+            value = got.get(name) if isinstance(got, dict) else None
+            if value is None or value.shape != ref.shape:
+                worst = float("inf")
+            else:
+                worst = max(worst, float((value.double() - ref.double()).abs().max()))
+        out[name] = worst
+    return out
+
+
+def agrees(path: str, world_size: int, tol: float = 1e-6) -> bool:
+    """Whether every rank's outputs equal the single device's on a real gloo group."""
+    return all(d <= tol for d in max_differences(run_case_file(path, world_size)).values())
