@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import queue as queues
 import socket
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -24,10 +26,11 @@ _ZOO = os.path.join(os.path.dirname(__file__), "..", "src", "shardproof", "zoo")
 class GlooRun:
     single: dict
     ranks: list  # per rank: {output: tensor} or the error text
+    expect: dict | None = None  # the case's expected relations ("Shard(0)": rank r holds chunk r)
 
 
 def load_case(path: str, world_size: int):
-    for d in (_ZOO, os.path.join(_ZOO, "train")):
+    for d in (_ZOO, os.path.join(_ZOO, "train"), os.path.dirname(os.path.abspath(path))):
         if d not in sys.path:
             sys.path.insert(0, d)
     spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
@@ -51,7 +54,7 @@ def _call(program, data: dict) -> dict:
 
 def _rank_main(rank: int, world: int, port: int, path: str, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
     try:
         case = load_case(path, world)
         data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
@@ -76,20 +79,32 @@ def run_case_file(path: str, world_size: int, timeout: float = 120) -> GlooRun:
              for r in range(world_size)]
     for p in procs:
         p.start()
-    results = dict(queue.get(timeout=timeout) for _ in procs)
+    results = {}
+    try:
+        for _ in procs:
+            rank, value = queue.get(timeout=timeout)
+            results[rank] = value
+    except queues.Empty:  # a rank hangs (collectives that never pair up)
+        pass
     for p in procs:
-        p.join(timeout)
+        p.join(5)
+        if p.is_alive():
+            p.terminate()
+            p.join()
     case = load_case(path, world_size)
-    return GlooRun(_call(case.single, dict(case.inputs)), [results[r] for r in range(world_size)])
+    return GlooRun(_call(case.single, dict(case.inputs)), [results.get(r, "no result (hang)") for r in range(world_size)],
+                   case.expect)
 
 
 def max_differences(run: GlooRun) -> dict:
     """{output: max abs difference of any rank from the single device} (inf: a rank failed
     or its shape differs)."""
     out = {}
-    for name, ref in run.single.items():
+    for name, whole in run.single.items():
         worst = 0.0
-        for got in run.ranks:
+        sharded = str((run.expect or {}).get(name)) == "Shard(0)"
+        for r, got in enumerate(run.ranks):
+            ref = whole.chunk(len(run.ranks), 0)[r] if sharded else whole
             value = got.get(name) if isinstance(got, dict) else None
             if value is None or value.shape != ref.shape:
                 worst = float("inf")

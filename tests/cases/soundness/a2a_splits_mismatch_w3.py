@@ -1,0 +1,11 @@
+"""BUG: rank 1's output splits do not match what its peers send it."""
+from collective_cases import make_case, a2a_splits_expected, a2a_splits_step
+
+WORLD_SIZES = (3,)
+LABEL = "bug"
+SEND = [[1, 2, 0], [0, 1, 2], [2, 0, 1]]
+
+
+def case(world_size=3):
+    return make_case(world_size, a2a_splits_step(SEND, receive_fix=lambda k, outs: outs[::-1] if k == 1 else outs), a2a_splits_expected(SEND), "a2a_splits_mismatch_w3", group=None, block=3,
+                     meta={"label": LABEL})

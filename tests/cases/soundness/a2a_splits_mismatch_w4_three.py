@@ -1,0 +1,11 @@
+"""BUG: global rank 3 expects one row more from global 0 than it sends."""
+from collective_cases import make_case, a2a_splits_expected, a2a_splits_step
+
+WORLD_SIZES = (4,)
+LABEL = "bug"
+SEND = [[2, 0, 0], [1, 0, 1], [0, 1, 1]]
+
+
+def case(world_size=4):
+    return make_case(world_size, a2a_splits_step(SEND, receive_fix=lambda k, outs: [outs[0] + 1, outs[1], outs[2] - 1] if k == 2 else outs), a2a_splits_expected(SEND), "a2a_splits_mismatch_w4_three", group=[0, 2, 3], block=2,
+                     meta={"label": LABEL})
