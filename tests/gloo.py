@@ -7,6 +7,7 @@ A case file defines ``case(world_size)``; its outputs must be replicated on ever
 (each rank returns the single-device value when the program is correct)."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import queue as queues
@@ -58,11 +59,13 @@ def _rank_main(rank: int, world: int, port: int, path: str, queue) -> None:
     try:
         case = load_case(path, world)
         data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
-        queue.put((rank, _call(case.distributed(rank, world), data)))
+        result = _call(case.distributed(rank, world), data)
     except Exception as exc:  # the program is refused at run time (a real error)
-        queue.put((rank, f"{type(exc).__name__}: {exc}"))
-    finally:
-        dist.destroy_process_group()
+        result = f"{type(exc).__name__}: {exc}"
+    queue.put((rank, result))
+    with contextlib.suppress(Exception):
+        dist.barrier()  # rank 0 hosts the store: keep it until every rank is done
+    dist.destroy_process_group()
 
 
 def _free_port() -> int:

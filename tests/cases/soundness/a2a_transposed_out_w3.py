@@ -1,4 +1,4 @@
-"""BUG: all_to_all_single into empty_like(t.t()).t(), a non-contiguous output (gloo scrambles it)."""
+"""BUG: all_to_all_single into empty_like of a transposed view, a non-contiguous output (gloo scrambles it)."""
 from collective_cases import make_case, a2a_single_step, all_to_all_expected
 
 WORLD_SIZES = (3,)

@@ -156,7 +156,7 @@ def a2a_single_step(out_buffer="contiguous", in_buffer="contiguous"):
     def step(rank, g, members, t):
         n, w = t.shape
         if out_buffer == "transposed":
-            out = torch.empty_like(t.t()).t()  # [n, w] with strides (1, n)
+            out = torch.empty_like(t.t().contiguous().t())  # empty_like keeps the view's strides (1, n)
         elif out_buffer == "offset":
             out = torch.empty(n + 1, w, dtype=t.dtype)[1:]  # contiguous, storage offset w
         else:
