@@ -8,4 +8,5 @@ SEND = [[2, 0, 0], [1, 0, 1], [0, 1, 1]]
 
 def case(world_size=4):
     return make_case(world_size, a2a_splits_step(SEND, receive_fix=lambda k, outs: [outs[0] + 1, outs[1], outs[2] - 1] if k == 2 else outs), a2a_splits_expected(SEND), "a2a_splits_mismatch_w4_three", group=[0, 2, 3], block=2,
-                     meta={"label": LABEL})
+                     meta={"label": LABEL, "bug": "collective-mismatch",
+                           "bug_node": "all_to_all_single", "bug_op": "_c10d_functional.all_to_all_single"})
