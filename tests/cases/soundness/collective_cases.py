@@ -76,22 +76,22 @@ def sum_of_members(blocks, members):
 
 
 def scatter_step(root=None, group_root=None):
-    """The root's block cut into one row per member; each member's first row replaced by its piece."""
+    """The root's block cut into one row per member; each member adds its row to its block."""
     owner = root if root is not None else None
 
     def step(rank, g, members, t):
         me = owner if owner is not None else members[group_root]
-        pieces = list(t.clone().chunk(len(members), 0)) if rank == me else None
+        pieces = list(t.chunk(len(members), 0)) if rank == me else None
         row = torch.empty(t.shape[0] // len(members), t.shape[1], dtype=t.dtype)
         dist.scatter(row, pieces, src=root, group=g, group_src=group_root)
-        return torch.cat([row, t[row.shape[0]:]], 0)
+        return t + row.repeat(len(members), 1)
     return step
 
 
 def scatter_expected(owner):
     def expected(blocks, members):
         rows = blocks[owner].chunk(len(members), 0)
-        return replace_members(blocks, members, lambda k, m: torch.cat([rows[k], blocks[m][rows[k].shape[0]:]], 0))
+        return replace_members(blocks, members, lambda k, m: blocks[m] + rows[k].repeat(len(members), 1))
     return expected
 
 
