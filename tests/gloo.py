@@ -120,3 +120,43 @@ def max_differences(run: GlooRun) -> dict:
 def agrees(path: str, world_size: int, tol: float = 1e-6) -> bool:
     """Whether every rank's outputs equal the single device's on a real gloo group."""
     return all(d <= tol for d in max_differences(run_case_file(path, world_size)).values())
+
+
+def _train_main(rank: int, world: int, port: int, path: str, queue) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
+    try:
+        from dataclasses import replace
+        case = load_case(path, world)
+        train = replace(case.train, optimizer=None, grad_clip=None)
+        data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
+        out = case.distributed(rank, world).train_step(data, {}, train)
+        result = {k: v.detach().clone() for k, v in out["grads"].items()}
+    except Exception as exc:
+        result = f"{type(exc).__name__}: {exc}"
+    queue.put((rank, result))
+    with contextlib.suppress(Exception):
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def training_gradients(path: str, world_size: int, timeout: float = 300) -> tuple[dict, list]:
+    """A training case's gradients, no clipping nor optimizer: (single-device {param: grad},
+    [each gloo rank's {param: grad}]); the loss is the case's ``train.loss``."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_train_main, args=(r, world_size, port, os.path.abspath(path), queue))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results = dict(queue.get(timeout=timeout) for _ in procs)
+    for p in procs:
+        p.join(timeout)
+    case = load_case(path, world_size)
+    single = case.single
+    forward_inputs = {k: v for k, v in case.inputs.items() if k == "x"}
+    loss = case.train.loss(single(**forward_inputs), case.inputs)
+    params = dict(single.named_parameters())
+    grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
+    return grads, [results[r] for r in range(world_size)]

@@ -79,3 +79,23 @@ def test_split_mismatch_names_the_sizes():
     path = os.path.join(CASES, "a2a_splits_mismatch_w3.py")
     finding = verify_prepared(prepare(load_case(path, 3), 3)).findings[0]
     assert "sends" in finding.message and "expects" in finding.message
+
+
+def test_moe_receive_buffer_on_gloo():
+    """The zoo's expert-parallel MoE step: with a contiguous receive buffer its gradients are
+    the single-device ones on a real gloo group; with empty_like of the (non-contiguous)
+    incoming gradient they are not (the bug case kept in zoo/train/bugs)."""
+    from gloo import training_gradients
+    train = os.path.join(HERE, "..", "src", "shardproof", "zoo", "train")
+    worst = {}
+    for path, world in [(os.path.join(train, "moe_ep_train.py"), 4),
+                        (os.path.join(train, "bugs", "moe_ep_noncontiguous_recv_buffer.py"), 2)]:
+        single, ranks = training_gradients(path, world)
+        diffs = []
+        for r, grads in enumerate(ranks):
+            assert not isinstance(grads, str), grads
+            for name, g in grads.items():
+                k = single[name].shape[0] // g.shape[0]  # experts: this rank's chunk of E
+                diffs.append(float((g.double() - single[name].chunk(k, 0)[r % k].double()).abs().max()))
+        worst[os.path.basename(path)] = max(diffs)
+    assert worst["moe_ep_train.py"] < 1e-5 and worst["moe_ep_noncontiguous_recv_buffer.py"] > 1e-2, worst
