@@ -93,9 +93,9 @@ def _contiguity_defects(op: str, **buffers) -> list:
     for role, t in buffers.items():
         if isinstance(t, Tensor) and not t.is_contiguous():
             out.append(("non-contiguous-buffer",
-                        f"{op}'s {role} buffer is not contiguous (shape {list(t.shape)}, strides {list(t.stride())}): "
-                        f"gloo {'writes it as if contiguous, scrambling the result,' if role == 'output' else 'refuses it'}"
-                        f" and NCCL refuses it",
+                        f"{op}'s {role} buffer is not contiguous (shape {list(t.shape)}, strides {list(t.stride())}):"
+                        + (" gloo writes it as if contiguous (scrambling the result) and NCCL refuses it"
+                           if role == "output" else " gloo and NCCL refuse it"),
                         f"pass a contiguous {role} (e.g. torch.empty(shape) rather than empty_like of a view, or "
                         f".contiguous()) and copy the result into the view afterwards"))
     return out
