@@ -60,11 +60,13 @@ def broadcast_expected(owner):
 
 
 def reduce_step(dst=None, group_dst=None, send_from=None):
-    """reduce to the root, then broadcast the root's buffer (from `send_from`, a global rank)."""
+    """reduce to the root, then broadcast the root's buffer (from `send_from`, a global rank;
+    None: every member reads its own buffer, the sum only on the root)."""
     def step(rank, g, members, t):
         got = t.clone()
         dist.reduce(got, dst=dst, group=g, group_dst=group_dst)
-        dist.broadcast(got, src=send_from, group=g)
+        if send_from is not None:
+            dist.broadcast(got, src=send_from, group=g)
         return t + got
     return step
 
