@@ -53,13 +53,23 @@ def _call(program, data: dict) -> dict:
         return {k: v.detach().clone() for k, v in _outputs(program(**data)).items()}
 
 
+def _by_value(result):
+    """Tensors as numpy arrays: a queue passes tensors by shared file descriptor, which is
+    gone once the rank's process exits."""
+    return {k: v.numpy() for k, v in result.items()} if isinstance(result, dict) else result
+
+
+def _as_tensors(result):
+    return {k: torch.from_numpy(v) for k, v in result.items()} if isinstance(result, dict) else result
+
+
 def _rank_main(rank: int, world: int, port: int, path: str, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
     try:
         case = load_case(path, world)
         data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
-        result = _call(case.distributed(rank, world), data)
+        result = _by_value(_call(case.distributed(rank, world), data))
     except Exception as exc:  # the program is refused at run time (a real error)
         result = f"{type(exc).__name__}: {exc}"
     queue.put((rank, result))
@@ -86,7 +96,7 @@ def run_case_file(path: str, world_size: int, timeout: float = 120) -> GlooRun:
     try:
         for _ in procs:
             rank, value = queue.get(timeout=timeout)
-            results[rank] = value
+            results[rank] = _as_tensors(value)
     except queues.Empty:  # a rank hangs (collectives that never pair up)
         pass
     for p in procs:
@@ -131,7 +141,7 @@ def _train_main(rank: int, world: int, port: int, path: str, queue) -> None:
         train = replace(case.train, optimizer=None, grad_clip=None)
         data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
         out = case.distributed(rank, world).train_step(data, {}, train)
-        result = {k: v.detach().clone() for k, v in out["grads"].items()}
+        result = _by_value({k: v.detach().clone() for k, v in out["grads"].items()})
     except Exception as exc:
         result = f"{type(exc).__name__}: {exc}"
     queue.put((rank, result))
@@ -150,7 +160,7 @@ def training_gradients(path: str, world_size: int, timeout: float = 300) -> tupl
              for r in range(world_size)]
     for p in procs:
         p.start()
-    results = dict(queue.get(timeout=timeout) for _ in procs)
+    results = {rank: _as_tensors(value) for rank, value in (queue.get(timeout=timeout) for _ in procs)}
     for p in procs:
         p.join(timeout)
     case = load_case(path, world_size)
