@@ -105,8 +105,8 @@ def run_case_file(path: str, world_size: int, timeout: float = 120) -> GlooRun:
             p.terminate()
             p.join()
     case = load_case(path, world_size)
-    return GlooRun(_call(case.single, dict(case.inputs)), [results.get(r, "no result (hang)") for r in range(world_size)],
-                   case.expect)
+    ranks = [results.get(r, "no result (hang)") for r in range(world_size)]
+    return GlooRun(_call(case.single, dict(case.inputs)), ranks, case.expect)
 
 
 def max_differences(run: GlooRun) -> dict:

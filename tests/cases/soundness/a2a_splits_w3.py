@@ -7,5 +7,7 @@ SEND = [[1, 2, 0], [0, 1, 2], [2, 0, 1]]
 
 
 def case(world_size=3):
-    return make_case(world_size, a2a_splits_step(SEND), a2a_splits_expected(SEND), "a2a_splits_w3", group=None, block=3,
+    return make_case(world_size, a2a_splits_step(SEND),
+                     a2a_splits_expected(SEND),
+                     "a2a_splits_w3", group=None, block=3,
                      meta={"label": LABEL})

@@ -6,6 +6,8 @@ LABEL = "bug"
 
 
 def case(world_size=3):
-    return make_case(world_size, all_gather_list_step(swap=True), all_gather_list_expected, "all_gather_list_swapped_w3", group=[1, 2], block=2,
+    return make_case(world_size, all_gather_list_step(swap=True),
+                     all_gather_list_expected,
+                     "all_gather_list_swapped_w3", group=[1, 2], block=2,
                      meta={"label": LABEL, "bug": "rank-specific-mismatch",
                            "bug_node": "sub", "bug_op": "aten.sub"})

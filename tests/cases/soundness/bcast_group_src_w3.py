@@ -6,5 +6,7 @@ LABEL = "correct"
 
 
 def case(world_size=3):
-    return make_case(world_size, broadcast_step(group_root=1), broadcast_expected(2), "bcast_group_src_w3", group=[1, 2], block=2,
+    return make_case(world_size, broadcast_step(group_root=1),
+                     broadcast_expected(2),
+                     "bcast_group_src_w3", group=[1, 2], block=2,
                      meta={"label": LABEL})

@@ -7,6 +7,8 @@ LABEL = "bug"
 
 
 def case(world_size=4):
-    return make_case(world_size, reduce_step(dst=3), sum_of_members, "reduce_nondst_buffer_read_w4", group=[1, 3], block=2,
+    return make_case(world_size, reduce_step(dst=3),
+                     sum_of_members,
+                     "reduce_nondst_buffer_read_w4", group=[1, 3], block=2,
                      meta={"label": LABEL, "bug": "wrong-collective",
                            "bug_node": "reduce", "bug_op": "shardproof_c10d.reduce"})

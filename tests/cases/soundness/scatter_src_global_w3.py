@@ -6,5 +6,7 @@ LABEL = "correct"
 
 
 def case(world_size=3):
-    return make_case(world_size, scatter_step(root=2), scatter_expected(2), "scatter_src_global_w3", group=[1, 2], block=2,
+    return make_case(world_size, scatter_step(root=2),
+                     scatter_expected(2),
+                     "scatter_src_global_w3", group=[1, 2], block=2,
                      meta={"label": LABEL})
