@@ -1,13 +1,83 @@
-"""Run a program on a real gloo process group (one process per rank, CPU), so that test
-labels are facts about PyTorch. Named functions only; no state shared between calls."""
+"""Run a case's distributed program for real: one gloo process per rank (CPU), and its
+single-device program, then compare. Labels of test programs are facts about PyTorch.
+
+``run_case_file(path, world_size)`` -> :class:`GlooRun` (each rank's outputs and the
+single-device ones); ``max_differences(run)`` -> {output: max |rank - single| over ranks}.
+A case file defines ``case(world_size)``; its outputs must be replicated on every rank
+(each rank returns the single-device value when the program is correct)."""
 from __future__ import annotations
 
-import importlib
+import contextlib
+import importlib.util
 import os
+import queue as queues
 import socket
+import sys
 import tempfile
+from dataclasses import dataclass
+from datetime import timedelta
 
 import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+_ZOO = os.path.join(os.path.dirname(__file__), "..", "src", "shardproof", "zoo")
+
+
+@dataclass
+class GlooRun:
+    single: dict
+    ranks: list  # per rank: {output: tensor} or the error text
+    expect: dict | None = None  # the case's expected relations ("Shard(0)": rank r holds chunk r)
+
+
+def load_case(path: str, world_size: int):
+    for d in (_ZOO, os.path.join(_ZOO, "train"), os.path.dirname(os.path.abspath(path))):
+        if d not in sys.path:
+            sys.path.insert(0, d)
+    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.case(world_size)
+
+
+def _outputs(out) -> dict:
+    if isinstance(out, dict):
+        return {str(k): v for k, v in out.items()}
+    if isinstance(out, (tuple, list)):
+        return {f"out{i}": v for i, v in enumerate(out)}
+    return {"out": out}
+
+
+def _call(program, data: dict) -> dict:
+    with torch.no_grad():
+        return {k: v.detach().clone() for k, v in _outputs(program(**data)).items()}
+
+
+def _by_value(result):
+    """Tensors as numpy arrays: a queue passes tensors by shared file descriptor, which is
+    gone once the rank's process exits."""
+    return {k: v.numpy() for k, v in result.items()} if isinstance(result, dict) else result
+
+
+def _as_tensors(result):
+    return {k: torch.from_numpy(v) for k, v in result.items()} if isinstance(result, dict) else result
+
+
+def _rank_main(rank: int, world: int, port: int, path: str, queue) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
+    try:
+        case = load_case(path, world)
+        data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
+        result = _by_value(_call(case.distributed(rank, world), data))
+    except Exception as exc:  # the program is refused at run time (a real error)
+        result = f"{type(exc).__name__}: {exc}"
+    queue.put((rank, result))
+    with contextlib.suppress(Exception):
+        dist.barrier()  # rank 0 hosts the store: keep it until every rank is done
+    dist.destroy_process_group()
 
 
 def _free_port() -> int:
@@ -16,9 +86,95 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_case_file(path: str, world_size: int, timeout: float = 120) -> GlooRun:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, os.path.abspath(path), queue))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results = {}
+    try:
+        for _ in procs:
+            rank, value = queue.get(timeout=timeout)
+            results[rank] = _as_tensors(value)
+    except queues.Empty:  # a rank hangs (collectives that never pair up)
+        pass
+    for p in procs:
+        p.join(5)
+        if p.is_alive():
+            p.terminate()
+            p.join()
+    case = load_case(path, world_size)
+    ranks = [results.get(r, "no result (hang)") for r in range(world_size)]
+    return GlooRun(_call(case.single, dict(case.inputs)), ranks, case.expect)
+
+
+def max_differences(run: GlooRun) -> dict:
+    """{output: max abs difference of any rank from the single device} (inf: a rank failed
+    or its shape differs)."""
+    out = {}
+    for name, whole in run.single.items():
+        worst = 0.0
+        sharded = str((run.expect or {}).get(name)) == "Shard(0)"
+        for r, got in enumerate(run.ranks):
+            ref = whole.chunk(len(run.ranks), 0)[r] if sharded else whole
+            value = got.get(name) if isinstance(got, dict) else None
+            if value is None or value.shape != ref.shape:
+                worst = float("inf")
+            else:
+                worst = max(worst, float((value.double() - ref.double()).abs().max()))
+        out[name] = worst
+    return out
+
+
+def agrees(path: str, world_size: int, tol: float = 1e-6) -> bool:
+    """Whether every rank's outputs equal the single device's on a real gloo group."""
+    return all(d <= tol for d in max_differences(run_case_file(path, world_size)).values())
+
+
+def _train_main(rank: int, world: int, port: int, path: str, queue) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
+    try:
+        from dataclasses import replace
+        case = load_case(path, world)
+        train = replace(case.train, optimizer=None, grad_clip=None)
+        data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
+        out = case.distributed(rank, world).train_step(data, {}, train)
+        result = _by_value({k: v.detach().clone() for k, v in out["grads"].items()})
+    except Exception as exc:
+        result = f"{type(exc).__name__}: {exc}"
+    queue.put((rank, result))
+    with contextlib.suppress(Exception):
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def training_gradients(path: str, world_size: int, timeout: float = 300) -> tuple[dict, list]:
+    """A training case's gradients, no clipping nor optimizer: (single-device {param: grad},
+    [each gloo rank's {param: grad}]); the loss is the case's ``train.loss``."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_train_main, args=(r, world_size, port, os.path.abspath(path), queue))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results = {rank: _as_tensors(value) for rank, value in (queue.get(timeout=timeout) for _ in procs)}
+    for p in procs:
+        p.join(timeout)
+    case = load_case(path, world_size)
+    single = case.single
+    forward_inputs = {k: v for k, v in case.inputs.items() if k == "x"}
+    loss = case.train.loss(single(**forward_inputs), case.inputs)
+    params = dict(single.named_parameters())
+    grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
+    return grads, [results[r] for r in range(world_size)]
+
+
 def _gloo_rank(rank: int, world: int, port: int, module: str, name: str, folder: str) -> None:
-    import torch
-    import torch.distributed as dist
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
@@ -34,7 +190,6 @@ def _gloo_rank(rank: int, world: int, port: int, module: str, name: str, folder:
 def run_program_on_gloo(module: str, name: str, rank_inputs: list[dict]) -> list[dict]:
     """``module.name(rank, world, inputs)`` (inputs: name -> tensor; returns name -> tensor)
     run by every rank of one gloo group at once; each rank's outputs as numpy arrays."""
-    import torch.multiprocessing as mp
     world = len(rank_inputs)
     with tempfile.TemporaryDirectory() as folder:
         for r, inputs in enumerate(rank_inputs):

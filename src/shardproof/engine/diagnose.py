@@ -265,6 +265,11 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
                                         f"(or reduce_scatter) instead{where}")
         if op in DIM_COLLECTIVES:
             return "wrong-dim", f"the shards are gathered/scattered along a dim that does not match their sharding{where}"
+        if op in ("reduce", "gather"):
+            return "wrong-collective", (f"after {op} only the root (group rank {node.args[-2]}) holds the result; the "
+                                        f"other ranks' buffers are backend-defined: read it on the root only, broadcast "
+                                        f"it from there, or use all_{op}; check dst (a global rank) against group_dst "
+                                        f"(a group rank){where}")
         return "wrong-collective", f"this collective does not produce the single-device value{where}"
     if pieces and op in ("div", "mul") and len(list(node.inputs)) == 1:
         return ("scaling-mismatch",

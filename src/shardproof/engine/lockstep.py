@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..ir.graph import Graph, Node
-from ..ops.registry import lookup
+from ..ops.registry import ArgsMismatch, lookup
 
 
 @dataclass
@@ -17,6 +17,8 @@ class CollectiveMismatch:
     ranks: list[int]
     nodes: list[Node]
     message: str
+    kind: str = "collective-mismatch"
+    hint: str = "make every rank of the group issue the same collectives in the same order"
 
 
 @dataclass
@@ -37,6 +39,24 @@ def resolve(value, env: dict):
 def is_collective(node: Node) -> bool:
     opdef = lookup(node.op)
     return bool(opdef and opdef.collective)
+
+
+def _match(group: tuple, nodes: list[Node], args: list[tuple]) -> tuple | str:
+    """The arguments after the first that the collective's rule receives, or why the
+    members' calls do not pair up (different collectives, or arguments that must agree)."""
+    opdef = lookup(nodes[0].op)
+    different = "ranks " + ", ".join(f"{g}: {m.op.split('.')[-1]}{list(a[1:-1])}" for g, m, a in zip(group, nodes, args)) \
+        + " meet at the same point with different collectives"
+    if len({n.op for n in nodes}) > 1:
+        return different
+    if opdef.match is not None:
+        try:
+            return tuple(opdef.match([a for a in args]))
+        except ArgsMismatch as exc:
+            return f"{nodes[0].op.split('.')[-1]}: {exc}"
+    if len({repr(list(a[1:-1])) for a in args}) > 1:
+        return different
+    return tuple(args[0][1:])
 
 
 def run_lockstep(graphs: list[Graph], eval_node: Callable[[int, Node, dict], Any],
@@ -80,13 +100,15 @@ def run_lockstep(graphs: list[Graph], eval_node: Callable[[int, Node, dict], Any
             if not all(g in pending and tuple(pending[g][0].args[-1]) == group for g in group):
                 continue
             members = [pending[g] for g in group]
-            ops = {m[0].op for m in members}
-            consts = {repr([a for a in m[1][1:-1]]) for m in members}
-            if len(ops) > 1 or len(consts) > 1:
-                return LockstepResult(envs, CollectiveMismatch(list(group), [m[0] for m in members],
-                                      "ranks " + ", ".join(f"{g}: {m[0].op.split('.')[-1]}{list(m[1][1:-1])}" for g, m in zip(group, members))
-                                      + " meet at the same point with different collectives"), order)
-            outs = eval_collective([m[0] for m in members], [m[1] for m in members])
+            defective = [(g, m[0]) for g, m in zip(group, members) if m[0].defects]
+            if defective:
+                kind, message, hint = defective[0][1].defects[0]
+                return LockstepResult(envs, CollectiveMismatch([g for g, _ in defective], [n for _, n in defective],
+                                                               message, kind, hint), order)
+            matched = _match(group, [m[0] for m in members], [m[1] for m in members])
+            if isinstance(matched, str):
+                return LockstepResult(envs, CollectiveMismatch(list(group), [m[0] for m in members], matched), order)
+            outs = eval_collective([m[0] for m in members], [(m[1][0],) + matched for m in members])
             for g, out in zip(group, outs):
                 pending.pop(g)
                 advance(g, out if out is not None else 0)

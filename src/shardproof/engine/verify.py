@@ -384,9 +384,8 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
     if run.mismatch is not None:
         m = run.mismatch
         n = m.nodes[0]
-        report.findings.append(Finding("collective-mismatch", m.ranks, n.name, n.op, _src(n), "matching collectives",
-                                       "mismatched", m.message,
-                                       "make every rank of the group issue the same collectives in the same order"))
+        report.findings.append(Finding(m.kind, m.ranks, n.name, n.op, _src(n), "matching collectives",
+                                       "mismatched", m.message, m.hint))
         return finish("violation")
     if run.unsupported:
         u = run.unsupported[0]
@@ -509,6 +508,8 @@ def _relation_holding(terms, relater, snode, sval, dvals, exp, world) -> Optiona
                 return f'Partial("{p.partial}")'
         if isinstance(exp, Partial):
             return None
+    if isinstance(exp, Shard) and _shards_assemble(terms, sval, dvals, exp, world):
+        return str(exp)
     per_rank = []
     for v in dvals:
         if v.t != sval.t:
@@ -536,6 +537,25 @@ def _relation_holding(terms, relater, snode, sval, dvals, exp, world) -> Optiona
             if not np.array_equal(np.arange(s) if p is None else p, np.arange(s) if w is None else w):
                 return None
     return str(exp)
+
+
+def _shards_assemble(terms, sval: Val, dvals: list, exp: Shard, world: int) -> bool:
+    """The ranks' values, as torch.chunk's blocks along the dim, concatenate to the
+    single-device value (ranks that compute their blocks differently: a subgroup's
+    members and the others)."""
+    from ..algebra.layout import concat, shape_of
+    from ..relations.spec import chunk_bounds
+    shape = shape_of(terms, sval)
+    d = exp.dim % len(shape)
+    for r, v in enumerate(dvals):
+        lo, hi = chunk_bounds(shape[d], world, r)
+        want = shape[:d] + (hi - lo,) + shape[d + 1:]
+        if tuple(shape_of(terms, v)) != tuple(want):
+            return False
+    try:
+        return concat(terms, [v for v in dvals if shape_of(terms, v)[d]], d).same(sval)
+    except Exception:  # pieces the algebra cannot concatenate: no proof this way
+        return False
 
 
 def _local_piece(s_val: np.ndarray, rel: Relation, rank: int, world: int) -> np.ndarray:

@@ -21,6 +21,7 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_f
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..ir.graph import Graph, Node, Source, TensorType
+from .torch_collectives import COLLECTIVE_PREFIXES, DEFECTS_META, functional_collectives
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ZOO_DIR = os.path.join(_PKG_DIR, "zoo")  # the bundled case files are user code
@@ -97,123 +98,6 @@ def group_ranks(group_name: str) -> tuple[int, ...]:
     """Global ranks of a process group known by name (for collective nodes)."""
     from torch.distributed.distributed_c10d import _resolve_process_group
     return tuple(dist.get_process_group_ranks(_resolve_process_group(group_name)))
-
-
-# ---------------------------------------------------------------- in-place collectives -> functional
-
-_REDUCE_OPS = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min", "PRODUCT": "product"}
-
-
-def _reduce_name(op) -> str:
-    name = getattr(op, "name", None) or str(getattr(op, "op", op)).split(".")[-1]
-    return _REDUCE_OPS.get(str(name).upper(), str(name).lower())
-
-
-def _premultiplied(tensor, op):
-    """(input, reduce op name): ``ReduceOp.PREMUL_SUM(f)`` (FSDP2's custom gradient divide
-    factor) is a sum of the inputs multiplied by f."""
-    if _reduce_name(op) == "premul_sum":
-        return tensor * op.factor, "sum"
-    return tensor, _reduce_name(op)
-
-
-def _group_name(group) -> str:
-    return (group or dist.group.WORLD).group_name
-
-
-class _Done:
-    """The work handle returned for ``async_op=True`` (the value is already in place)."""
-
-    def wait(self, *args, **kwargs):
-        return True
-
-    def is_completed(self):
-        return True
-
-
-def _functional(result_of: Callable) -> Callable:
-    fc = torch.ops._c10d_functional
-
-    def wrap(*args, async_op: bool = False, **kwargs):
-        result_of(fc, *args, **kwargs)
-        return _Done() if async_op else None
-    return wrap
-
-
-class _InPlaceCollective(torch.autograd.Function):
-    """An in-place collective as eager autograd sees it: not at all. Eager PyTorch records
-    no autograd node for ``c10d.allreduce_`` (nor ``broadcast_``), so the gradient passes
-    through unchanged; frameworks that want a reduction in backward write a custom
-    autograd function (Megatron's f/g operators), which is traced as written."""
-
-    @staticmethod
-    def forward(ctx, tensor, compute):
-        return compute(tensor)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
-
-
-def _all_reduce(fc, tensor, op=dist.ReduceOp.SUM, group=None):
-    reduce = lambda t: fc.wait_tensor(fc.all_reduce(*_premultiplied(t, op), _group_name(group)))  # noqa: E731
-    tensor.copy_(_InPlaceCollective.apply(tensor, reduce))
-
-
-def _all_gather_into_tensor(fc, output, input, group=None):
-    """Also ``all_gather_single``; the output may be the concatenation or the stack of the inputs."""
-    n = dist.get_world_size(group)
-    output.copy_(fc.wait_tensor(fc.all_gather_into_tensor(input.contiguous(), n, _group_name(group))).view(output.shape))
-
-
-def _all_gather(fc, tensor_list, tensor, group=None):
-    n = dist.get_world_size(group)
-    gathered = fc.wait_tensor(fc.all_gather_into_tensor(tensor.contiguous(), n, _group_name(group)))
-    for i, piece in enumerate(gathered.chunk(n)):
-        tensor_list[i].copy_(piece)
-
-
-def _reduce_scatter_tensor(fc, output, input, op=dist.ReduceOp.SUM, group=None):
-    """Also ``reduce_scatter_single``; the input may be the concatenation or the stack of the outputs."""
-    n = dist.get_world_size(group)
-    input, reduce_op = _premultiplied(input.contiguous(), op)
-    scattered = fc.reduce_scatter_tensor(input, reduce_op, n, _group_name(group))
-    output.copy_(fc.wait_tensor(scattered).view(output.shape))
-
-
-def _all_to_all_single(fc, output, input, output_split_sizes=None, input_split_sizes=None, group=None):
-    even = [input.shape[0] // dist.get_world_size(group)] * dist.get_world_size(group)  # c10d's default
-    out = fc.all_to_all_single(input.contiguous(), output_split_sizes or even, input_split_sizes or even,
-                               _group_name(group))
-    output.copy_(fc.wait_tensor(out))
-
-
-def _broadcast(fc, tensor, src=None, group=None, group_src=None):
-    src = group_src if src is None else dist.get_group_rank(group or dist.group.WORLD, src)
-    send = lambda t: fc.wait_tensor(fc.broadcast(t, src or 0, _group_name(group)))  # noqa: E731
-    tensor.copy_(_InPlaceCollective.apply(tensor, send))
-
-
-_INPLACE = {
-    "all_reduce": _all_reduce, "all_gather_into_tensor": _all_gather_into_tensor, "all_gather": _all_gather,
-    "reduce_scatter_tensor": _reduce_scatter_tensor, "all_to_all_single": _all_to_all_single,
-    "broadcast": _broadcast,
-    "all_gather_single": _all_gather_into_tensor, "reduce_scatter_single": _reduce_scatter_tensor,  # FSDP2's
-}
-
-
-@contextlib.contextmanager
-def functional_collectives():
-    """Route ``torch.distributed``'s in-place collectives to ``_c10d_functional`` ops while
-    tracing; ``make_fx`` would otherwise record them as opaque, mutating ``c10d`` ops."""
-    saved = {name: getattr(dist, name) for name in _INPLACE if hasattr(dist, name)}
-    try:
-        for name in saved:
-            setattr(dist, name, _functional(_INPLACE[name]))
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(dist, name, fn)
 
 
 # ---------------------------------------------------------------- source locations
@@ -407,9 +291,10 @@ def from_fx(fx_graph, input_names: list[str], output_names: list[str], label: st
                 # values of the arguments it mutates (the op's rule computes them)
                 op, args = _op_name(fx_node.args[0]), ()
             kwargs = {k: _convert(v, env) for k, v in fx_node.kwargs.items() if k not in _DROPPED_KWARGS}
-            if op.startswith("_c10d_functional.") and args and isinstance(args[-1], str):
+            if op.startswith(COLLECTIVE_PREFIXES) and args and isinstance(args[-1], str):
                 args = args[:-1] + (group_ranks(args[-1]),)
-            node = Node(fx_node.name, op, tuple(args), kwargs, _type_of(fx_node.meta.get("val")), _source(fx_node))
+            node = Node(fx_node.name, op, tuple(args), kwargs, _type_of(fx_node.meta.get("val")), _source(fx_node),
+                        defects=tuple(fx_node.meta.get("custom", {}).get(DEFECTS_META, ())))
         elif fx_node.op == "output":
             outs = fx_node.args[0]
             for name, value in zip(output_names, outs):

@@ -54,6 +54,9 @@ class Node:
     type: Any = None
     source: Source | None = None
     origin: Source | None = None
+    defects: tuple = ()
+    """(kind, message, hint) triples found at capture that make this node wrong whatever the
+    values (e.g. a collective writing into a buffer the backend does not support)."""
 
     @property
     def inputs(self) -> Iterator["Node"]:

@@ -38,15 +38,23 @@ class OpDef:
     doc: str = ""
     extra: dict = field(default_factory=dict)
     assumes: str = ""  # a convention the rule relies on, listed in every report on a program using the op
+    match: Callable[..., Any] | None = None
+    """Collectives: ``match(members' args) -> the arguments after the first that the rule
+    receives`` (raises :class:`ArgsMismatch` when the members' arguments do not pair up);
+    None: every argument after the first must be the same on all members."""
+
+
+class ArgsMismatch(ValueError):
+    """The members of a collective pass arguments that do not pair up."""
 
 
 REGISTRY: dict[str, OpDef] = {}
 
 
 def declare(names: str | tuple[str, ...], *, numerics, rule, shape=None, collective=False, doc="",
-            assumes: str = "") -> OpDef:
+            assumes: str = "", match=None) -> OpDef:
     names = (names,) if isinstance(names, str) else names
-    opdef = OpDef(names[0], numerics, rule, shape, collective, doc, assumes=assumes)
+    opdef = OpDef(names[0], numerics, rule, shape, collective, doc, assumes=assumes, match=match)
     for n in names:
         REGISTRY[n] = opdef
     return opdef

@@ -57,8 +57,14 @@ class MoE(nn.Module):
         return x + self.combine(self.experts(tokens), gate).view_as(x)
 
 
-def _all_to_all(x, group):
-    out = torch.empty_like(x)
+def contiguous_buffer(x):
+    """The receive buffer: contiguous whatever x's strides (all_to_all_single writes it as
+    if contiguous; ``torch.empty_like`` of a non-contiguous gradient would keep its strides)."""
+    return torch.empty(x.shape, dtype=x.dtype)
+
+
+def _all_to_all(x, group, buffer=contiguous_buffer):
+    out = buffer(x)
     dist.all_to_all_single(out, x.contiguous(), group=group)
     return out
 
@@ -67,17 +73,18 @@ class AllToAll(torch.autograd.Function):
     """all_to_all along dim 0 (equal splits); its backward is the reverse all_to_all."""
 
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _all_to_all(x, group)
+    def forward(ctx, x, group, buffer=contiguous_buffer):
+        ctx.group, ctx.buffer = group, buffer
+        return _all_to_all(x, group, buffer)
 
     @staticmethod
     def backward(ctx, grad):
-        return _all_to_all(grad, ctx.group), None
+        return _all_to_all(grad, ctx.group, ctx.buffer), None, None
 
 
 class ExpertParallelMoE(MoE):
     """This rank's experts (a dim-0 chunk of ``w1``/``w2``) and the whole router."""
+    recv_buffer = staticmethod(contiguous_buffer)
 
     def __init__(self, full: MoE, ep_rank: int, ep: int):
         super().__init__(full.router.in_features, full.w1.shape[-1], full.w1.shape[0] // ep)
@@ -91,10 +98,10 @@ class ExpertParallelMoE(MoE):
     def forward(self, x):
         tokens = x.reshape(-1, x.shape[-1])
         gate = torch.softmax(self.router(tokens), dim=-1)
-        group_tokens = AllToAll.apply(tokens.repeat(self.ep, 1), self.ep_group)  # dispatch: every ep rank's tokens
+        group_tokens = AllToAll.apply(tokens.repeat(self.ep, 1), self.ep_group, self.recv_buffer)  # dispatch: every ep rank's tokens
         local = self.experts(group_tokens)  # [local experts, ep * tokens, hidden]
         back = torch.cat(local.chunk(self.ep, 1), 0)  # [ep * local experts, tokens, hidden]: by source rank
-        outputs = AllToAll.apply(back, self.ep_group)  # combine: [experts, tokens, hidden] for this rank's tokens
+        outputs = AllToAll.apply(back, self.ep_group, self.recv_buffer)  # combine: [experts, tokens, hidden] for this rank's tokens
         return x + self.combine(outputs, gate).view_as(x)
 
 

@@ -1,0 +1,13 @@
+"""BUG: all_to_all_single into empty_like of a transposed view, a non-contiguous output (gloo scrambles it)."""
+from collective_cases import make_case, a2a_single_step, all_to_all_expected
+
+WORLD_SIZES = (3,)
+LABEL = "bug"
+
+
+def case(world_size=3):
+    return make_case(world_size, a2a_single_step(out_buffer='transposed'),
+                     all_to_all_expected,
+                     "a2a_transposed_out_w3", group=None, block=3,
+                     meta={"label": LABEL, "bug": "non-contiguous-buffer",
+                           "bug_node": "all_to_all_single", "bug_op": "_c10d_functional.all_to_all_single"})

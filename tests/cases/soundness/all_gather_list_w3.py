@@ -1,0 +1,12 @@
+"""all_gather into a list in group {1, 2}."""
+from collective_cases import make_case, all_gather_list_expected, all_gather_list_step
+
+WORLD_SIZES = (3,)
+LABEL = "correct"
+
+
+def case(world_size=3):
+    return make_case(world_size, all_gather_list_step(),
+                     all_gather_list_expected,
+                     "all_gather_list_w3", group=[1, 2], block=2,
+                     meta={"label": LABEL})
