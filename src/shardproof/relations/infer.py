@@ -291,24 +291,115 @@ def _mesh_relation(whole: np.ndarray, locals_: list[np.ndarray]) -> Optional[Rel
     return None
 
 
+def _block_starts(whole: np.ndarray, local: np.ndarray, dim: int) -> list[int]:
+    """Every offset along `dim` at which `local` is a contiguous block of `whole`."""
+    n, k = whole.shape[dim], local.shape[dim]
+    if k == 0 or k > n:
+        return list(range(n - k + 1))
+    w = np.moveaxis(whole, dim, 0).reshape(n, -1)
+    loc = np.moveaxis(local, dim, 0).reshape(k, -1)
+    if w.shape[1] != loc.shape[1]:
+        return []
+    first = np.flatnonzero((w[: n - k + 1] == loc[0]).all(axis=1))
+    return [int(s) for s in first if np.array_equal(w[s:s + k], loc)]
+
+
+def _as_layout(dim: int, starts: list[int], locals_: list[np.ndarray], size: int) -> Relation:
+    """Slices at the given block starts, written Shard(dim) when that is what they are."""
+    ranges = {r: (s, s + loc.shape[dim]) for r, (s, loc) in enumerate(zip(starts, locals_))}
+    world = len(locals_)
+    if all(ranges[r] == chunk_bounds(size, world, r) for r in range(world)):
+        return Shard(dim)
+    return Slices(dim, ranges)
+
+
+def candidate_relations(whole: np.ndarray, locals_: list[np.ndarray]) -> tuple[list[Relation], bool]:
+    """The relations under which every rank's tensor is a piece of `whole`: the one
+    :func:`relation_by_value` finds first, then others the values fit as well (equal
+    blocks at other offsets, other mesh axes, equal slabs in another order). Returns the
+    candidates and whether the values leave the layout open (more pieces of `whole` than
+    one hold what some rank holds -- constant or repeated values): ``([rel], False)``
+    exactly when the layout is determined by the values."""
+    rel = relation_by_value(whole, locals_)
+    if rel is None:
+        return [], False
+    found, open_ = [rel], False
+
+    def add(alt):
+        if alt is not None and alt not in found and _holds(alt, whole, locals_):
+            found.append(alt)
+    if isinstance(rel, Replicate):
+        return found, False
+    differing = sorted({d for loc in locals_ for d in range(whole.ndim) if loc.shape[d] != whole.shape[d]})
+    if len(differing) == 1:
+        d = differing[0]
+        starts = [_block_starts(whole, loc, d) for loc in locals_]
+        if all(starts) and any(len(s) > 1 for s in starts):
+            open_ = True
+            for pick in (lambda s: s[0], lambda s: s[-1]):
+                add(_as_layout(d, [pick(s) for s in starts], locals_, whole.shape[d]))
+        elif not all(starts):  # interleaved pieces: are the slabs each rank holds unique in `whole`?
+            w = np.moveaxis(whole, d, 0).reshape(whole.shape[d], -1)
+            rows = [np.ascontiguousarray(row).tobytes() for row in w]
+            held_rows = {np.ascontiguousarray(row).tobytes() for loc in locals_
+                         for row in np.moveaxis(loc, d, 0).reshape(loc.shape[d], -1)}
+            open_ = any(rows.count(h) > 1 for h in held_rows)
+    if isinstance(rel, Mesh) or len(differing) != 1:
+        world = len(locals_)
+        for outer in range(2, world // 2 + 1):
+            if world % outer:
+                continue
+            grid = np.arange(world).reshape(outer, world // outer)
+            for axis in (0, 1):
+                along = grid[:, 0] if axis == 0 else grid[0, :]
+                placement = relation_by_value(whole, [locals_[r] for r in along])
+                if placement is not None and not isinstance(placement, (Replicate, Mesh)):
+                    add(Mesh(grid.shape, (placement, Replicate()) if axis == 0 else (Replicate(), placement)))
+        open_ = open_ or len(found) > 1
+    return found, open_ or len(found) > 1
+
+
+def _how_to_state(name: str, candidates: Sequence[Relation]) -> str:
+    return (f"state the relation of {name!r} in the case (relations={{{name!r}: \"{candidates[0]}\"}}) or in a "
+            f"relations file (inputs:\n  {name}: {candidates[0]})")
+
+
 def infer_by_value(seq_values: Mapping[str, np.ndarray], rank_values: list[Mapping[str, np.ndarray]],
-                   names: Sequence[str]) -> dict[str, InputRelation]:
+                   names: Sequence[str], how: str = "value") -> dict[str, InputRelation]:
     """Relations for the distributed inputs `names`, each matched against the single-device
-    input of the same name first, then against any single-device input it fits uniquely."""
-    out = {}
+    input of the same name first, then against any single-device input it fits uniquely.
+
+    Never picks silently: when the values fit several layouts (a constant tensor fits
+    every block), raises :class:`RelationError` listing the candidates of each such input
+    and how to state its relation."""
+    out, ambiguous = {}, {}
     for name in names:
         locals_ = [np.asarray(v[name]) for v in rank_values]
         candidates = [name] if name in seq_values else []
         candidates += [s for s in seq_values if s != name and np.ndim(seq_values[s]) == locals_[0].ndim]
         found = []
         for seq_name in candidates:
-            rel = relation_by_value(np.asarray(seq_values[seq_name]), locals_)
-            if rel is not None:
-                found.append(InputRelation(name, seq_name, rel, "value"))
+            rels, open_ = candidate_relations(np.asarray(seq_values[seq_name]), locals_)
+            if rels:
+                found.append((seq_name, rels, open_))
                 if seq_name == name:
                     break
-        if found and (found[0].seq_name == name or len(found) == 1):
-            out[name] = found[0]
+        if not found or not (found[0][0] == name or len(found) == 1):
+            continue
+        seq_name, rels, open_ = found[0]
+        if open_:
+            ambiguous[name] = (seq_name, rels)
+        else:
+            out[name] = InputRelation(name, seq_name, rels[0], how)
+    if ambiguous:
+        lines = []
+        for name, (seq_name, rels) in ambiguous.items():
+            of = "" if seq_name == name else f" of {seq_name}"
+            alts = ", ".join(str(r) for r in rels) + ("" if len(rels) > 1 else ", or other blocks holding equal values")
+            lines.append(f"{name}: its values fit several layouts{of} ({alts}); {_how_to_state(name, rels)}")
+        raise RelationError("ambiguous relation inferred by value (equal values in several places of the "
+                            "single-device tensor, so the values cannot tell which piece each rank holds):\n  "
+                            + "\n  ".join(lines))
     return out
 
 
@@ -331,10 +422,17 @@ def relation_by_shape(seq_shape: Sequence[int], local_shapes: list[Sequence[int]
 
 def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[str, tuple]],
                    spec: dict[str, SpecEntry] | None = None, seq_values=None, rank_values=None,
-                   by_shape: bool = False, labels: Sequence[str] | None = None) -> dict[str, InputRelation]:
+                   by_shape: bool = False, labels: Sequence[str] | None = None,
+                   original_values=None) -> dict[str, InputRelation]:
     """Relations for every distributed input: the spec where it speaks, then values, then
     (if allowed) names and shapes. Raises RelationError naming what is missing or wrong;
-    ``labels`` say where each rank's program comes from, for messages."""
+    ``labels`` say where each rank's program comes from, for messages.
+
+    ``seq_values`` of a live case hold the weights shardproof drew (distinct values) before
+    the distributed programs were built; ``original_values`` the user's own. An input
+    that is no piece of the drawn values but is one of the original ones was built before
+    the draw (or is recomputed by the program, like a RoPE table): it is related by the
+    original values, marked so, under the same ambiguity check."""
     spec = spec or {}
     names = list(rank_shapes[0])
     for r, shapes in enumerate(rank_shapes[1:], 1):
@@ -364,6 +462,9 @@ def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[st
         out[name] = InputRelation(name, seq_name, rel, "given")
     if todo and seq_values is not None:
         out.update(infer_by_value(seq_values, rank_values, todo))
+        todo = [n for n in todo if n not in out]
+    if todo and original_values is not None:
+        out.update(infer_by_value(original_values, rank_values, todo, how="value (original weights)"))
         todo = [n for n in todo if n not in out]
     if todo and by_shape:
         for name in list(todo):
