@@ -323,45 +323,52 @@ def candidate_relations(whole: np.ndarray, locals_: list[np.ndarray]) -> tuple[l
     rel = relation_by_value(whole, locals_)
     if rel is None:
         return [], False
+    if isinstance(rel, Replicate):
+        return [rel], False
     found, open_ = [rel], False
 
     def add(alt):
         if alt is not None and alt not in found and _holds(alt, whole, locals_):
             found.append(alt)
-    if isinstance(rel, Replicate):
-        return found, False
     differing = sorted({d for loc in locals_ for d in range(whole.ndim) if loc.shape[d] != whole.shape[d]})
     if len(differing) == 1:
         d = differing[0]
         starts = [_block_starts(whole, loc, d) for loc in locals_]
-        if all(starts) and any(len(s) > 1 for s in starts):
-            open_ = True
+        if all(starts):
             for pick in (lambda s: s[0], lambda s: s[-1]):
                 add(_as_layout(d, [pick(s) for s in starts], locals_, whole.shape[d]))
-        elif not all(starts):  # interleaved pieces: are the slabs each rank holds unique in `whole`?
+        else:  # interleaved pieces: are the slabs each rank holds unique in `whole`?
             w = np.moveaxis(whole, d, 0).reshape(whole.shape[d], -1)
             rows = [np.ascontiguousarray(row).tobytes() for row in w]
             held_rows = {np.ascontiguousarray(row).tobytes() for loc in locals_
                          for row in np.moveaxis(loc, d, 0).reshape(loc.shape[d], -1)}
             open_ = any(rows.count(h) > 1 for h in held_rows)
-    if isinstance(rel, Mesh) or len(differing) != 1:
-        world = len(locals_)
-        for outer in range(2, world // 2 + 1):
-            if world % outer:
-                continue
-            grid = np.arange(world).reshape(outer, world // outer)
-            for axis in (0, 1):
-                along = grid[:, 0] if axis == 0 else grid[0, :]
-                placement = relation_by_value(whole, [locals_[r] for r in along])
-                if placement is not None and not isinstance(placement, (Replicate, Mesh)):
-                    add(Mesh(grid.shape, (placement, Replicate()) if axis == 0 else (Replicate(), placement)))
-        open_ = open_ or len(found) > 1
-    return found, open_ or len(found) > 1
+    world = len(locals_)
+    for outer in range(2, world // 2 + 1):
+        if world % outer:
+            continue
+        grid = np.arange(world).reshape(outer, world // outer)
+        for axis in (0, 1):
+            along = grid[:, 0] if axis == 0 else grid[0, :]
+            placement = relation_by_value(whole, [locals_[r] for r in along])
+            if placement is not None and not isinstance(placement, (Replicate, Mesh)):
+                add(Mesh(grid.shape, (placement, Replicate()) if axis == 0 else (Replicate(), placement)))
+    distinct: dict[tuple, Relation] = {}
+    for cand in found:  # the same pieces: one candidate (the first found)
+        distinct.setdefault(_signature(cand, whole.shape, world), cand)
+    return list(distinct.values()), open_ or len(distinct) > 1
 
 
-def _how_to_state(name: str, candidates: Sequence[Relation]) -> str:
-    return (f"state the relation of {name!r} in the case (relations={{{name!r}: \"{candidates[0]}\"}}) or in a "
-            f"relations file (inputs:\n  {name}: {candidates[0]})")
+def _signature(rel: Relation, shape: tuple, world: int) -> tuple:
+    """What each rank holds under `rel` (index vectors per dim), to tell layouts apart."""
+    return tuple(tuple(None if v is None else tuple(np.asarray(v).tolist()) for v in rel.layout(shape, r, world))
+                 for r in range(world))
+
+
+def _how_to_state(name: str, seq_name: str, candidates: Sequence[Relation]) -> str:
+    rel = f"{candidates[0]}" + ("" if seq_name == name else f" of {seq_name}")
+    return (f"state the relation of {name!r} in the case (relations={{{name!r}: \"{rel}\"}}) or in a "
+            f"relations file (inputs:\n      {name}: {rel})")
 
 
 def infer_by_value(seq_values: Mapping[str, np.ndarray], rank_values: list[Mapping[str, np.ndarray]],
@@ -396,7 +403,7 @@ def infer_by_value(seq_values: Mapping[str, np.ndarray], rank_values: list[Mappi
         for name, (seq_name, rels) in ambiguous.items():
             of = "" if seq_name == name else f" of {seq_name}"
             alts = ", ".join(str(r) for r in rels) + ("" if len(rels) > 1 else ", or other blocks holding equal values")
-            lines.append(f"{name}: its values fit several layouts{of} ({alts}); {_how_to_state(name, rels)}")
+            lines.append(f"{name}: its values fit several layouts{of} ({alts}); {_how_to_state(name, seq_name, rels)}")
         raise RelationError("ambiguous relation inferred by value (equal values in several places of the "
                             "single-device tensor, so the values cannot tell which piece each rank holds):\n  "
                             + "\n  ".join(lines))
@@ -459,6 +466,8 @@ def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[st
                                 f"{seq_name!r}, which does not exist (single-device inputs: {', '.join(seq_shapes)})")
         if isinstance(rel, DERIVED):
             _check_derived(entry, name, seq_name, rel, seq_shapes, [s[name] for s in rank_shapes])
+        elif seq_values is not None and rank_values is not None:
+            _check_given(entry, name, seq_name, rel, seq_values, rank_values, original_values)
         out[name] = InputRelation(name, seq_name, rel, "given")
     if todo and seq_values is not None:
         out.update(infer_by_value(seq_values, rank_values, todo))
@@ -484,6 +493,35 @@ def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[st
                             + (f": {'; '.join(why)}" if why else "")
                             + f". State one in the relations (e.g. {todo[0]}: Shard(0)) or mark it Ignore(){hint}")
     return {n: out[n] for n in names}
+
+
+def _check_given(entry: SpecEntry, name: str, seq_name: str, rel: Relation, seq_values, rank_values,
+                 original_values) -> None:
+    """A stated layout must hold for the values of a live case: the ranks hold exactly the
+    pieces it names (of the drawn single-device values, or of the user's own for programs
+    built before the draw). Relations without a layout (Partial, Ignore) and shapes the
+    relation cannot give (reported later, with the shapes) are not judged here."""
+    if seq_name not in seq_values or any(name not in v for v in rank_values):
+        return
+    locals_ = [np.asarray(v[name]) for v in rank_values]
+    world = len(locals_)
+    for values in (seq_values, original_values or {}):
+        whole = values.get(seq_name)
+        if whole is None:
+            continue
+        whole = np.asarray(whole)
+        try:
+            vecs = [rel.layout(whole.shape, r, world) for r in range(world)]
+        except (RelationError, TypeError, ValueError, IndexError):
+            return
+        if any(v is None for v in vecs) or any(held(whole, v).shape != loc.shape for v, loc in zip(vecs, locals_)):
+            return
+        if _holds(rel, whole, locals_):
+            return
+    rels, _ = candidate_relations(np.asarray(seq_values[seq_name]), locals_)
+    fits = f"; their values fit {', '.join(map(str, rels))}" if rels else ""
+    raise RelationError(f"{entry.where}: the stated relation {rel} for {name!r} does not hold: the ranks do not hold "
+                        f"those pieces of single-device {seq_name!r}{fits}")
 
 
 def _check_derived(entry: SpecEntry, name: str, seq_name: str, rel, seq_shapes, local_shapes) -> None:
