@@ -9,6 +9,7 @@ each block of each tensor tell itself apart, so a wrong loader shows.
 - :func:`redraw` -- in place, distinct seeded values for a module's parameters (and
   floating buffers); a plain function is left alone.
 - :func:`draw_inputs` -- fresh example inputs of the same shapes and dtypes.
+- :func:`distinct_inputs` -- a probe of the data holding distinct values everywhere.
 - :func:`snapshot` / :func:`restore` -- save and put back a module's parameters and buffers.
 """
 from __future__ import annotations
@@ -75,6 +76,27 @@ def draw_inputs(inputs: dict, seed: int) -> dict:
             pick = torch.randint(0, flat.numel(), value.shape, generator=generator)
             drawn[name] = flat.cpu()[pick].to(value.device)
     return drawn
+
+
+def distinct_inputs(inputs: dict, seed: int) -> dict:
+    """A probe of the data: every floating or integer tensor holds distinct values (integers:
+    a permutation of ``0..n-1``, where the dtype holds n values), so a function that only
+    selects pieces of its inputs (a case's ``dist_inputs``) shows which pieces it selects;
+    bool tensors, integer tensors too large for their dtype and non-tensors unchanged."""
+    generator = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, value in inputs.items():
+        if not isinstance(value, torch.Tensor) or value.dtype == torch.bool or value.numel() == 0 \
+                or value.is_complex():
+            out[name] = value
+        elif value.is_floating_point():
+            out[name] = distinct_values(value, generator)
+        elif value.numel() - 1 <= torch.iinfo(value.dtype).max:
+            perm = torch.randperm(value.numel(), generator=generator)
+            out[name] = perm.reshape(value.shape).to(dtype=value.dtype, device=value.device)
+        else:
+            out[name] = value
+    return out
 
 
 def snapshot(program: Any) -> dict:
