@@ -195,7 +195,8 @@ def candidate_relations(whole: np.ndarray, locals_: list[np.ndarray]) -> tuple[l
                          for row in np.moveaxis(loc, d, 0).reshape(loc.shape[d], -1)}
             open_ = any(rows.count(h) > 1 for h in held_rows)
     world = len(locals_)
-    for outer in range(2, world // 2 + 1):
+    repeats = len({np.ascontiguousarray(loc).tobytes() for loc in locals_}) < world
+    for outer in range(2, world // 2 + 1) if repeats else ():  # a mesh's replicated axis repeats pieces
         if world % outer:
             continue
         grid = np.arange(world).reshape(outer, world // outer)
