@@ -22,10 +22,12 @@ from shardproof.api import prepare, verify_prepared  # noqa: E402
 CASES = os.path.join(ROOT, "tests", "cases", "soundness")
 LOADER = os.path.join(CASES, "loader_mlp.py")
 CE = os.path.join(CASES, "ignore_index_ce.py")
+BUFFER = os.path.join(CASES, "recomputed_buffer.py")
 WORLDS = (2, 4)
 
 LOADERS = [dict(), dict(loader="block0"), dict(loader="next"), dict(loader="transposed"),
            dict(zero_bias=True), dict(zero_bias=True, bias_loader="block0"), dict(zero_bias=True, bias_loader="next")]
+BUFFERS = [dict(), dict(wrong=True)]
 CE_CONFIGS = [dict(form=f, variant=v, ignored=i) for f, vs in (("vocab", ("masked", "mishandled")),
                                                                ("tokens", ("global_count", "mean_of_means")))
               for v in vs for i in ("none", "middle", "boundary")]
@@ -39,9 +41,10 @@ def _key(config: dict) -> tuple:
 def labels():
     """(case file, world, config) -> whether every rank's output equals the single-device one on gloo."""
     out = {}
-    for path, configs in ((LOADER, LOADERS), (CE, CE_CONFIGS)):
+    # the recomputed table is the program's own constant: run as the user wrote it (no redraw)
+    for path, configs, seed in ((LOADER, LOADERS, 1), (CE, CE_CONFIGS, 1), (BUFFER, BUFFERS, None)):
         for world in WORLDS:
-            for config, (single, ranks) in zip(configs, run_on_gloo(path, configs, world)):
+            for config, (single, ranks) in zip(configs, run_on_gloo(path, configs, world, seed)):
                 out[path, world, _key(config)] = agrees(single, ranks)
     return out
 
@@ -100,6 +103,24 @@ def test_prebuilt_programs_relate_by_the_original_weights(labels, world):
     assert not labels[LOADER, world, _key(dict(loader="next"))]
     _, report = _verify(LOADER, world, dict(loader="next", prebuilt=True))
     assert report.status == "violation" and report.findings[0].op == "aten.mm"
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_a_recomputed_buffer_relates_as_a_constant(labels, world):
+    """The rank recomputes the table (no copy of the redrawn one): related by the original
+    values; recomputed wrongly, it relates to nothing (exit 3), never verified."""
+    assert labels[BUFFER, world, _key(dict())] and not labels[BUFFER, world, _key(dict(wrong=True))]
+    p, report = _verify(BUFFER, world, dict())
+    assert report.status == "verified" and p.bindings["table"].how == "value (original weights)"
+    with pytest.raises(RelationError, match="no relation found for distributed input.*table"):
+        _verify(BUFFER, world, dict(wrong=True))
+
+
+def test_a_relation_stated_in_yaml_settles_an_ambiguous_one(tmp_path):
+    f = tmp_path / "rel.yaml"
+    f.write_text("inputs:\n  b1: Shard(0) of fc1.bias\n")
+    p = prepare(build_case(LOADER, 2, dict(zero_bias=True, prebuilt=True), seed=None), 2, relations_file=str(f))
+    assert verify_prepared(p).status == "verified" and p.bindings["b1"].how == "given"
 
 
 def test_a_stated_relation_must_hold_for_the_values(labels):
