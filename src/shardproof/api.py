@@ -46,17 +46,54 @@ def _numpy(values: dict) -> dict[str, np.ndarray]:
             for k, v in values.items()}
 
 
+REDRAW_SEED = 20_241_114
+"""The seed of the distinct values shardproof gives a live case's single-device weights
+before the distributed programs are built from them (deterministic runs)."""
+
+
 def capture_case(case: Case, world_size: int | None = None, progress: Progress = None):
-    """Trace the single-device program and every rank; returns graphs and input values."""
+    """Trace the single-device program and every rank; returns graphs and input values:
+    the single-device ones the ranks were built from (the weights redrawn with distinct
+    values, so a loader's blocks tell themselves apart), the ranks', and the user's own
+    single-device values (for programs built before the redraw)."""
     try:
         from .frontends import torch_capture as tc
+        from .frontends import torch_draws as draws
     except ImportError as exc:
         raise InputError(f"capturing a live PyTorch case needs torch ({exc}); install shardproof[torch]") from None
     world = world_size or case.world_size
     say = progress or _quiet
     total = world + 1 + len(ENGINE_STAGES)
-    if case.train is not None:
-        return _capture_training(case, world, say, total)
+    saved = draws.snapshot(case.single)
+    draws.redraw(case.single, REDRAW_SEED)
+    try:
+        if case.train is not None:
+            seq, dist, seq_values, rank_values = _capture_training(case, world, say, total)
+        else:
+            seq, dist, seq_values, rank_values = _capture_forward(case, world, say, total, tc)
+    finally:
+        draws.restore(case.single, saved)
+    original = _numpy(tc.program_inputs(case.single, {})) if saved else {}
+    original = {k: v for k, v in original.items() if k in seq_values}
+    return seq, dist, seq_values, rank_values, original, _data_probe(case, world, draws)
+
+
+def _data_probe(case: Case, world: int, draws):
+    """The case's ``dist_inputs`` applied to data holding distinct values (single-device
+    probe, each rank's), which shows the pieces it selects where the example data repeat
+    values (masks, small vocabularies); None where it cannot be applied to such data."""
+    if case.dist_inputs is None:
+        return None
+    probe = draws.distinct_inputs(case.inputs, REDRAW_SEED)
+    try:
+        ranks = [_numpy({k: v for k, v in case.dist_inputs(r, world, probe).items() if hasattr(v, "detach")})
+                 for r in range(world)]
+    except Exception:  # noqa: BLE001  (a dist_inputs that needs its real data: no probe)
+        return None
+    return _numpy({k: v for k, v in probe.items() if hasattr(v, "detach")}), ranks
+
+
+def _capture_forward(case: Case, world: int, say, total: int, tc):
     try:
         say("capturing the single-device program", 0, total)
         seq = tc.capture_single(case.single, case.inputs)
@@ -161,12 +198,12 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
         expect.update({name: e.relation for name, e in file.expect.items()})
     if case.backend == "jax":
         seq, dist, seq_values = lower_jax_case(case, world_size, spec, progress)
-        rank_values = None
+        rank_values = original = probe = None
     else:
-        seq, dist, seq_values, rank_values = capture_case(case, world_size, progress)
+        seq, dist, seq_values, rank_values, original, probe = capture_case(case, world_size, progress)
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
-                              spec, seq_values, rank_values)
+                              spec, seq_values, rank_values, original_values=original or None, probe=probe)
     if case.train is not None:
         dist, expected = training_expectations(seq, dist, bindings)
         expect = {**expected, **_expand_globs(expect, list(seq.outputs))}

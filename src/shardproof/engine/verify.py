@@ -27,6 +27,7 @@ from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Partial, Relation, 
                               chunk_bounds, held, layout_index)
 from .diagnose import SLICING_OPS
 from .numeric import check_evaluable, evaluate
+from .assumptions import input_breaches
 from .numeric import derive as derive_numeric
 from .result import Finding, OutputCheck, Report
 from .symbolic import SymbolicRun, derive, interpret
@@ -393,8 +394,13 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
         at = [str(s) for s in (u.node.origin, u.node.source) if s]
         return finish("unknown", reason=f"{u.reason} at node {u.node.name} ({', '.join([where] + at)}); "
                                         f"the engine cannot reason past it")
-    if not broken:
+    breaches = input_breaches(seq, examples)
+    if not broken and not breaches:
         return finish("verified", strength="proof")
+    if breaches:  # a proof that relied on them proves nothing: every output rests on the numeric evidence
+        broken = list(dict.fromkeys(broken + [c.name for c in checks]))
+        report.assumptions = report.assumptions + [f"NOT MET by the example inputs: {b}" for b in breaches]
+    breached = f"; {breaches[0]}, so the rules' proof does not hold for them" if breaches else ""
 
     # The rules did not prove it: look for numeric evidence of a real difference.
     stage(2)
@@ -409,11 +415,14 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
                           reason=f"the programs cannot be evaluated end to end ({exc}); the counterexample is "
                                  f"local: the op's inputs are proven to hold the single-device values shown")
         where = f"; relations stop at node {first.node.name} (op {first.node.op})" if first else ""
-        return finish("unknown", reason=f"no proof for output(s) {', '.join(broken)}{where}, and no numeric "
-                                        f"evidence of a difference ({exc})")
+        return finish("unknown", reason=f"no proof for output(s) {', '.join(broken)}{where}{breached}, and no "
+                                        f"numeric evidence of a difference ({exc})")
     if not differing:
         first = _localize(run, relater, seq, dist, broken)
         where = f" (relations stop at node {first.node.name}, op {first.node.op})" if first else ""
+        if breaches:
+            return finish("unknown", reason=f"not verified: {breaches[0]}, so the rules' proof does not hold for "
+                                            f"them; a numeric test on the example inputs shows no difference")
         return finish("unknown", reason=f"could not prove output(s) {', '.join(broken)}{where}; a numeric test on "
                                         f"random inputs shows no difference, so this may be a missing lemma")
     stage(3)

@@ -5,19 +5,19 @@ what expected relation.
 
 Value matching locates every slice of a rank's tensor inside the single-device tensor,
 so it recovers Replicate, Shard, Slices and Interleaved (fused QKV, GQA) exactly; the
-layout it proposes is re-checked element by element before it is used.
+layout it proposes is re-checked element by element before it is used (`by_value.py`);
+where the values fit several layouts, it stops and asks for the relation.
 """
 from __future__ import annotations
 
 import fnmatch
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from .spec import (DERIVED, Ignore, Interleaved, Mesh, Relation, RelationError, Replicate, Shard, Slices,
-                   chunk_bounds, held, parse_relation)
+from .by_value import _holds, candidate_relations, relation_by_value  # noqa: F401  (relation_by_value: re-exported)
+from .spec import DERIVED, Ignore, Relation, RelationError, Replicate, Shard, held, parse_relation
 
 
 @dataclass(frozen=True)
@@ -164,151 +164,62 @@ def unused_patterns(spec: dict, names: Sequence[str]) -> list[str]:
 
 # ---------------------------------------------------------------- value matching
 
-def _slab_positions(whole: np.ndarray, local: np.ndarray, dim: int, start_hint: int) -> Optional[np.ndarray]:
-    """For each index of `local` along `dim`, an index of `whole` holding the same slab,
-    preferring contiguous runs beginning at `start_hint` (ties: equal slabs)."""
-    w = np.moveaxis(whole, dim, 0).reshape(whole.shape[dim], -1)
-    loc = np.moveaxis(local, dim, 0).reshape(local.shape[dim], -1)
-    table: dict[bytes, list[int]] = defaultdict(list)
-    for i, row in enumerate(w):
-        table[np.ascontiguousarray(row).tobytes()].append(i)
-    out, prev = [], start_hint - 1
-    for row in loc:
-        cands = table.get(np.ascontiguousarray(row).tobytes())
-        if not cands:
-            return None
-        pick = prev + 1 if prev + 1 in cands else next((c for c in cands if c > prev), cands[0])
-        out.append(pick)
-        prev = pick
-    return np.asarray(out, dtype=np.int64)
+def _how_to_state(name: str, seq_name: str, candidates: Sequence[Relation]) -> str:
+    rel = f"{candidates[0]}" + ("" if seq_name == name else f" of {seq_name}")
+    return (f"state the relation of {name!r} in the case (relations={{{name!r}: \"{rel}\"}}) or in a "
+            f"relations file (inputs:\n      {name}: {rel})")
 
 
-def _runs(pos: np.ndarray) -> list[tuple[int, int]]:
-    runs, lo = [], None
-    for i, p in enumerate(pos):
-        if lo is None:
-            lo = p
-        elif p != pos[i - 1] + 1:
-            runs.append((int(lo), int(pos[i - 1]) + 1))
-            lo = p
-    if lo is not None:
-        runs.append((int(lo), int(pos[-1]) + 1))
-    return runs
-
-
-def _layout_from_positions(per_rank: list[np.ndarray], size: int, dim: int, world: int) -> Optional[Relation]:
-    if all(np.array_equal(p, np.arange(*chunk_bounds(size, world, r))) for r, p in enumerate(per_rank)):
-        return Shard(dim)
-    runs = [_runs(p) for p in per_rank]
-    if all(len(r) == 1 for r in runs):
-        return Slices(dim, {r: rs[0] for r, rs in enumerate(runs)})
-    k = len(runs[0])
-    if any(len(r) != k for r in runs):
+def _by_probe(probe, name: str, seq_name: str, whole, locals_: list) -> Optional[Relation]:
+    if probe is None or seq_name not in probe[0] or any(name not in r for r in probe[1]):
         return None
-    sizes, blocks = [], []
-    for j in range(k):
-        seg = sorted(set(r[j] for r in runs))
-        if any(a[1] != b[0] for a, b in zip(seg, seg[1:])):
-            return None
-        sizes.append(seg[-1][1] - seg[0][0])
-        blocks.append(len(seg))
-    rel = Interleaved(dim, tuple(sizes), None if all(b == world for b in blocks) else tuple(blocks))
-    try:
-        want = [rel.layout((1,) * dim + (size,), r, world)[dim] for r in range(world)]
-    except RelationError:
-        return None
-    if not all(np.array_equal(w, p) for w, p in zip(want, per_rank)):
-        return None
-    return rel
-
-
-def _holds(rel: Relation, whole: np.ndarray, locals_: list[np.ndarray]) -> bool:
-    world = len(locals_)
-    for r, loc in enumerate(locals_):
-        try:
-            vecs = rel.layout(whole.shape, r, world)
-        except RelationError:
-            return False
-        part = held(whole, vecs)
-        if part.shape != loc.shape or not np.array_equal(part, loc):
-            return False
-    return True
-
-
-def relation_by_value(whole: np.ndarray, locals_: list[np.ndarray]) -> Optional[Relation]:
-    """The relation under which every rank's tensor is a piece of `whole`, or None."""
-    world = len(locals_)
-    if any(loc.ndim != whole.ndim for loc in locals_):
-        return None
-    if _holds(Replicate(), whole, locals_):
-        return Replicate()
-    differing = {d for loc in locals_ for d in range(whole.ndim) if loc.shape[d] != whole.shape[d]}
-    if len(differing) <= 1 and any(_holds(Shard(d), whole, locals_) for d in differing or range(whole.ndim)):
-        return next(Shard(d) for d in sorted(differing) or range(whole.ndim) if _holds(Shard(d), whole, locals_))
-    mesh = _mesh_relation(whole, locals_)
-    if mesh is not None:
-        return mesh
-    dims = sorted(differing) if differing else range(whole.ndim)
-    for d in dims:
-        if len(differing) > 1:
-            break
-        if _holds(Shard(d), whole, locals_):
-            return Shard(d)
-        per_rank = []
-        for r, loc in enumerate(locals_):
-            pos = _slab_positions(whole, loc, d, chunk_bounds(whole.shape[d], world, r)[0])
-            if pos is None:
-                break
-            per_rank.append(pos)
-        else:
-            rel = _layout_from_positions(per_rank, whole.shape[d], d, world)
-            if rel is not None and _holds(rel, whole, locals_):
-                return rel
-    return None
-
-
-def _mesh_relation(whole: np.ndarray, locals_: list[np.ndarray]) -> Optional[Relation]:
-    """A relation on a two-axis mesh (outer x inner ranks, e.g. dp x tp) that varies along
-    one axis only: the ranks along the other axis hold the same piece."""
-    world = len(locals_)
-    for outer in range(2, world // 2 + 1):
-        if world % outer:
-            continue
-        shape = (outer, world // outer)
-        grid = np.arange(world).reshape(shape)
-        for axis in (0, 1):
-            lines = grid if axis == 1 else grid.T  # ranks that differ only along the other axis
-            same = all(np.array_equal(locals_[r], locals_[line[0]]) for line in lines.T for r in line)
-            if not same:
-                continue
-            along = grid[:, 0] if axis == 0 else grid[0, :]
-            placement = relation_by_value(whole, [locals_[r] for r in along])
-            if placement is None or isinstance(placement, (Replicate, Mesh)):
-                continue
-            rel = Mesh(shape, (placement, Replicate()) if axis == 0 else (Replicate(), placement))
-            if _holds(rel, whole, locals_):
-                return rel
+    rels, open_ = candidate_relations(np.asarray(probe[0][seq_name]), [np.asarray(r[name]) for r in probe[1]])
+    if len(rels) == 1 and not open_ and _holds(rels[0], np.asarray(whole), locals_):
+        return rels[0]
     return None
 
 
 def infer_by_value(seq_values: Mapping[str, np.ndarray], rank_values: list[Mapping[str, np.ndarray]],
-                   names: Sequence[str]) -> dict[str, InputRelation]:
+                   names: Sequence[str], how: str = "value", probe=None) -> dict[str, InputRelation]:
     """Relations for the distributed inputs `names`, each matched against the single-device
-    input of the same name first, then against any single-device input it fits uniquely."""
-    out = {}
+    input of the same name first, then against any single-device input it fits uniquely.
+
+    Never picks silently: when the values fit several layouts (a constant tensor fits
+    every block), raises :class:`RelationError` listing the candidates of each such input
+    and how to state its relation. `probe` -- ``(single-device values, each rank's)`` of
+    data holding distinct values, put through the same split of the data -- settles such a
+    data input when it fits one layout that the real values fit as well."""
+    out, ambiguous = {}, {}
     for name in names:
         locals_ = [np.asarray(v[name]) for v in rank_values]
         candidates = [name] if name in seq_values else []
         candidates += [s for s in seq_values if s != name and np.ndim(seq_values[s]) == locals_[0].ndim]
         found = []
         for seq_name in candidates:
-            rel = relation_by_value(np.asarray(seq_values[seq_name]), locals_)
-            if rel is not None:
-                found.append(InputRelation(name, seq_name, rel, "value"))
+            rels, open_ = candidate_relations(np.asarray(seq_values[seq_name]), locals_)
+            if rels:
+                found.append((seq_name, rels, open_))
                 if seq_name == name:
                     break
-        if found and (found[0].seq_name == name or len(found) == 1):
-            out[name] = found[0]
+        if not found or not (found[0][0] == name or len(found) == 1):
+            continue
+        seq_name, rels, open_ = found[0]
+        settled = _by_probe(probe, name, seq_name, seq_values[seq_name], locals_) if open_ else None
+        if settled is not None:
+            out[name] = InputRelation(name, seq_name, settled, "value (data probe with distinct values)")
+        elif open_:
+            ambiguous[name] = (seq_name, rels)
+        else:
+            out[name] = InputRelation(name, seq_name, rels[0], how)
+    if ambiguous:
+        lines = []
+        for name, (seq_name, rels) in ambiguous.items():
+            of = "" if seq_name == name else f" of {seq_name}"
+            alts = ", ".join(str(r) for r in rels) + ("" if len(rels) > 1 else ", or other blocks holding equal values")
+            lines.append(f"{name}: its values fit several layouts{of} ({alts}); {_how_to_state(name, seq_name, rels)}")
+        raise RelationError("ambiguous relation inferred by value (equal values in several places of the "
+                            "single-device tensor, so the values cannot tell which piece each rank holds):\n  "
+                            + "\n  ".join(lines))
     return out
 
 
@@ -331,10 +242,17 @@ def relation_by_shape(seq_shape: Sequence[int], local_shapes: list[Sequence[int]
 
 def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[str, tuple]],
                    spec: dict[str, SpecEntry] | None = None, seq_values=None, rank_values=None,
-                   by_shape: bool = False, labels: Sequence[str] | None = None) -> dict[str, InputRelation]:
+                   by_shape: bool = False, labels: Sequence[str] | None = None,
+                   original_values=None, probe=None) -> dict[str, InputRelation]:
     """Relations for every distributed input: the spec where it speaks, then values, then
     (if allowed) names and shapes. Raises RelationError naming what is missing or wrong;
-    ``labels`` say where each rank's program comes from, for messages."""
+    ``labels`` say where each rank's program comes from, for messages.
+
+    ``seq_values`` of a live case hold the weights shardproof drew (distinct values) before
+    the distributed programs were built; ``original_values`` the user's own. An input
+    that is no piece of the drawn values but is one of the original ones was built before
+    the draw (or is recomputed by the program, like a RoPE table): it is related by the
+    original values, marked so, under the same ambiguity check."""
     spec = spec or {}
     names = list(rank_shapes[0])
     for r, shapes in enumerate(rank_shapes[1:], 1):
@@ -361,9 +279,14 @@ def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[st
                                 f"{seq_name!r}, which does not exist (single-device inputs: {', '.join(seq_shapes)})")
         if isinstance(rel, DERIVED):
             _check_derived(entry, name, seq_name, rel, seq_shapes, [s[name] for s in rank_shapes])
+        elif seq_values is not None and rank_values is not None:
+            _check_given(entry, name, seq_name, rel, seq_values, rank_values, original_values)
         out[name] = InputRelation(name, seq_name, rel, "given")
     if todo and seq_values is not None:
-        out.update(infer_by_value(seq_values, rank_values, todo))
+        out.update(infer_by_value(seq_values, rank_values, todo, probe=probe))
+        todo = [n for n in todo if n not in out]
+    if todo and original_values is not None:
+        out.update(infer_by_value(original_values, rank_values, todo, how="value (original weights)", probe=probe))
         todo = [n for n in todo if n not in out]
     if todo and by_shape:
         for name in list(todo):
@@ -383,6 +306,35 @@ def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[st
                             + (f": {'; '.join(why)}" if why else "")
                             + f". State one in the relations (e.g. {todo[0]}: Shard(0)) or mark it Ignore(){hint}")
     return {n: out[n] for n in names}
+
+
+def _check_given(entry: SpecEntry, name: str, seq_name: str, rel: Relation, seq_values, rank_values,
+                 original_values) -> None:
+    """A stated layout must hold for the values of a live case: the ranks hold exactly the
+    pieces it names (of the drawn single-device values, or of the user's own for programs
+    built before the draw). Relations without a layout (Partial, Ignore) and shapes the
+    relation cannot give (reported later, with the shapes) are not judged here."""
+    if seq_name not in seq_values or any(name not in v for v in rank_values):
+        return
+    locals_ = [np.asarray(v[name]) for v in rank_values]
+    world = len(locals_)
+    for values in (seq_values, original_values or {}):
+        whole = values.get(seq_name)
+        if whole is None:
+            continue
+        whole = np.asarray(whole)
+        try:
+            vecs = [rel.layout(whole.shape, r, world) for r in range(world)]
+        except (RelationError, TypeError, ValueError, IndexError):
+            return
+        if any(v is None for v in vecs) or any(held(whole, v).shape != loc.shape for v, loc in zip(vecs, locals_)):
+            return
+        if _holds(rel, whole, locals_):
+            return
+    rels, _ = candidate_relations(np.asarray(seq_values[seq_name]), locals_)
+    fits = f"; their values fit {', '.join(map(str, rels))}" if rels else ""
+    raise RelationError(f"{entry.where}: the stated relation {rel} for {name!r} does not hold: the ranks do not hold "
+                        f"those pieces of single-device {seq_name!r}{fits}")
 
 
 def _check_derived(entry: SpecEntry, name: str, seq_name: str, rel, seq_shapes, local_shapes) -> None:
