@@ -177,9 +177,9 @@ declare(T + "native_dropout", numerics=_dropout_num, rule=_dropout_rule, doc="dr
 declare(T + "dropout", numerics=lambda x, p, train=True: _dropout_num(x, p, train)[0],
         rule=lambda ctx, x, p, train=True: _dropout_rule(ctx, x, p, train)[0], doc="dropout, same-mask convention")
 
-identity_op((T + "clone", T + "contiguous", T + "alias", T + "detach", T + "_to_copy", T + "lift_fresh_copy",
-             T + "to", T + "type_as", T + "_assert_tensor_metadata", T + "view_as_real_copy"),
-            "copies and dtype casts keep the value")
+identity_op((T + "clone", T + "contiguous", T + "alias", T + "detach", T + "lift_fresh_copy",
+             T + "_assert_tensor_metadata", T + "view_as_real_copy"),
+            "copies keep the value (dtype casts: ops/casts.py)")
 
 # ------------------------------------------------------------------ views
 

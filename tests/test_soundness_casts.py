@@ -1,0 +1,105 @@
+"""Soundness classes 1, 4 and 6 of issue 14: value-changing casts, extents of constant fills
+and broadcast dims, and conventions checked on the graph (as_strided's base). Every program
+pair in tests/cases/soundness/ is labelled by running it on a real gloo process group
+against the single-device program; a buggy one must be a violation at the op that breaks
+the relation, a correct one verified (or honestly unknown), never the reverse."""
+import importlib
+import os
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
+
+from gloo import agrees, gloo_outputs  # noqa: E402
+from shardproof.api import prepare, verify_prepared  # noqa: E402
+from shardproof.ops.registry import lookup  # noqa: E402
+
+CASES = os.path.join(os.path.dirname(__file__), "cases", "soundness")
+sys.path.insert(0, CASES)
+MODULES = ["casts"]
+WORLDS = (2, 3)
+
+
+def _mod(name):
+    return importlib.import_module(name)
+
+
+@pytest.fixture(scope="module")
+def executed():
+    """(module, world) -> the ranks' outputs of every variant, from one gloo run each."""
+    cache = {}
+
+    def get(module, world):
+        if (module, world) not in cache:
+            cache[module, world] = gloo_outputs(CASES, module, "build", list(_mod(module).VARIANTS), world)
+        return cache[module, world]
+    return get
+
+
+PAIRS = [pytest.param(m, v, w, id=f"{m}-{v}-w{w}") for m in MODULES for v in _mod(m).VARIANTS for w in WORLDS]
+
+
+@pytest.mark.parametrize("module,variant,world", PAIRS)
+def test_pair_verdict_matches_execution(executed, module, variant, world):
+    mod = _mod(module)
+    case = mod.build(world, variant)
+    outs = [r[variant] for r in executed(module, world)]
+    correct = agrees(case, outs, case.expect["out"])
+    assert correct != case.meta["buggy"], f"label of {variant} contradicted by gloo execution"
+    report = verify_prepared(prepare(case, world))
+    if correct:
+        assert report.status in ("verified", "unknown"), (report.status, report.findings)
+        assert report.status == "verified", report.reason  # all correct twins here are within the rules
+    else:
+        assert report.status == "violation", (report.status, report.reason)
+        finding = report.findings[0]
+        assert finding.op in mod.BUG_OPS[variant], finding
+        assert finding.rank == list(range(world)), finding
+
+
+TORCH_DTYPES = {"i8": torch.int8, "u8": torch.uint8, "i16": torch.int16, "i32": torch.int32, "i64": torch.int64,
+                "b8": torch.bool, "f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16}
+
+
+def _samples():
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(64, generator=g) * 3, torch.randn(16, generator=g) * 1e4,
+                   torch.tensor([0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 2.5, 127.9, -128.9, 255.5, 1e10, -1e10,
+                                 float("nan"), float("inf"), -float("inf")])]).double()
+    n = torch.cat([torch.randint(-2 ** 40, 2 ** 40, (32,), generator=g), torch.randint(-300, 300, (32,), generator=g)])
+    return {"f64": x, "i64": n, "b8": x.abs() > 1}
+
+
+@pytest.mark.parametrize("dst", list(TORCH_DTYPES))
+@pytest.mark.parametrize("src", ["f64", "i64", "b8"])
+def test_cast_numerics_agree_with_torch(src, dst):
+    x = _samples()[src]
+    want = x.to(TORCH_DTYPES[dst])
+    for op, args, kwargs in [("aten._to_copy", (), {"dtype": dst}), ("prims.convert_element_type", (dst,), {})]:
+        got = np.asarray(lookup(op).numerics(x.numpy(), *args, **kwargs))
+        w = want.double().numpy() if want.is_floating_point() else want.numpy()
+        assert np.array_equal(got.astype(w.dtype) if got.dtype.kind != "f" else got, w, equal_nan=True) \
+            or (dst in ("f32", "bf16") and np.allclose(got, x.double().numpy(), equal_nan=True)), (op, src, dst)
+    if dst != "b8" and not TORCH_DTYPES[dst].is_floating_point:
+        other = torch.zeros(1, dtype=torch.int64)
+        assert np.array_equal(lookup("aten.type_as").numerics(x.numpy(), other.numpy()), x.type_as(other).numpy())
+
+
+@pytest.mark.parametrize("name", ["round", "floor", "ceil", "trunc", "frac"])
+def test_rounding_numerics_agree_with_torch(name):
+    x = _samples()["f64"]
+    got = lookup("aten." + name).numerics(x.numpy())
+    assert np.allclose(got, getattr(torch, name)(x).numpy(), equal_nan=True)
+    n = _samples()["i64"][32:]
+    if name != "frac":
+        assert np.array_equal(lookup("aten." + name).numerics(n.numpy()), getattr(torch, name)(n).numpy())
+
+
+def test_value_preserving_casts_are_the_identity_and_others_are_terms():
+    from shardproof.ops.casts import preserves
+    assert preserves("f32", "f64") and preserves("f64", "bf16") and preserves("i32", "i64")
+    assert preserves("b8", "i8") and preserves("u8", "i16") and preserves("i64", "f32")
+    assert not preserves("f32", "i64") and not preserves("f32", "b8") and not preserves("i64", "i8")
+    assert not preserves("i8", "u8") and not preserves("u8", "i8") and not preserves("i32", "b8")
