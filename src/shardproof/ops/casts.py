@@ -112,7 +112,8 @@ declare(("aten._to_copy", "aten.to", "aten.type_as", "prims.convert_element_type
 
 def _frac(x):
     x = as_float(x)
-    return x - np.trunc(x)
+    with np.errstate(invalid="ignore"):  # frac(inf) is nan, as in torch
+        return x - np.trunc(x)
 
 
 def _rounding(fn):
