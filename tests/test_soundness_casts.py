@@ -18,7 +18,7 @@ from shardproof.ops.registry import lookup  # noqa: E402
 
 CASES = os.path.join(os.path.dirname(__file__), "cases", "soundness")
 sys.path.insert(0, CASES)
-MODULES = ["casts", "fills"]
+MODULES = ["casts", "fills", "strided"]
 WORLDS = (2, 3)
 
 
