@@ -104,3 +104,13 @@ def test_value_preserving_casts_are_the_identity_and_others_are_terms():
     assert preserves("b8", "i8") and preserves("u8", "i16") and preserves("i64", "f32")
     assert not preserves("f32", "i64") and not preserves("f32", "b8") and not preserves("i64", "i8")
     assert not preserves("i8", "u8") and not preserves("u8", "i8") and not preserves("i32", "b8")
+
+
+@pytest.mark.parametrize("name", ["bitwise_and", "bitwise_or", "bitwise_xor"])
+def test_bitwise_numerics_agree_with_torch_on_ints_and_bools(name):
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randint(-50, 50, (40,), generator=g), torch.randint(-50, 50, (40,), generator=g)
+    f = lookup("aten." + name).numerics
+    for x, y in [(a, b), (a > 0, b > 0)]:
+        assert np.array_equal(f(x.numpy(), y.numpy()), getattr(torch, name)(x, y).numpy())
+    assert np.array_equal(lookup("aten.bitwise_not").numerics(a.numpy()), torch.bitwise_not(a).numpy())

@@ -23,7 +23,7 @@ _UNARY = {
     "sqrt": np.sqrt, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0.0),
     "silu": lambda x: x / (1.0 + np.exp(-x)), "sin": np.sin, "cos": np.cos, "abs": np.abs,
     "reciprocal": lambda x: 1.0 / x, "erf": erf, "log1p": np.log1p, "expm1": np.expm1,
-    "logical_not": np.logical_not, "bitwise_not": np.logical_not, "square": np.square,
+    "logical_not": np.logical_not, "square": np.square,
     "isinf": np.isinf, "isnan": np.isnan, "sign": np.sign,
 }
 for _name, _fn in _UNARY.items():
@@ -62,10 +62,9 @@ _BINARY = {
     "eq": (np.equal, True), "ne": (np.not_equal, True), "lt": (np.less, False), "le": (np.less_equal, False),
     "gt": (np.greater, False), "ge": (np.greater_equal, False),
     "logical_and": (np.logical_and, True), "logical_or": (np.logical_or, True),
-    "bitwise_and": (np.logical_and, True), "bitwise_or": (np.logical_or, True),
     "remainder": (np.remainder, False), "floor_divide": (np.floor_divide, False),
 }
-_BOOL_TERMS = {"logical_and": "and", "bitwise_and": "and", "logical_or": "or", "bitwise_or": "or"}
+_BOOL_TERMS = {"logical_and": "and", "logical_or": "or"}  # bitwise ops: ops/casts.py (they depend on the dtype)
 for _name, (_fn, _comm) in _BINARY.items():
     elementwise_op(T + _name, _fn, commutative=_comm, term=_BOOL_TERMS.get(_name))
 

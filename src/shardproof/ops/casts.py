@@ -20,7 +20,8 @@ import numpy as np
 
 from ..algebra import compute
 from ..algebra.layout import Val
-from .common import as_float, elementwise_op
+from ..algebra.terms import COMMUTATIVE
+from .common import as_float, elementwise_op, elementwise_shape, template, tensor_args
 from .registry import RuleCtx, declare
 
 NUMPY_INT = {"i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "u8": np.uint8}
@@ -128,3 +129,31 @@ def _rounding(fn):
 _ROUNDING = {"round": np.round, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "frac": _frac, "fix": np.trunc}
 for _name, _fn in _ROUNDING.items():
     elementwise_op("aten." + _name, _rounding(_fn), doc=f"elementwise {_name} (non-linear: a rounding)")
+
+
+# ------------------------------------------------------------------ bitwise ops: logical on bool only
+
+def _as_int(x):
+    """An integer tensor's values (the numerics may hold them as float64)."""
+    x = np.asarray(x)
+    return x if x.dtype.kind in "biu" else x.astype(np.int64)
+
+
+def _bitwise(name: str, fn, bool_term: str, commutative: bool):
+    """On bool tensors the logical op (the term masks use), on integers the bitwise one:
+    ``6 & 3 == 2`` where ``logical_and(6, 3)`` is true, so the two must be different terms."""
+    def rule(ctx: RuleCtx, *args, **kwargs):
+        nodes = [a for a in ctx.node.args if hasattr(a, "type")]
+        logical = all(_dtype_of(n) == BOOL for n in nodes) and nodes
+        term = bool_term if logical else name
+        return compute.elementwise(ctx.terms, term, template(args, kwargs), tensor_args(args), commutative=commutative)
+    if commutative:
+        COMMUTATIVE.add(name)
+    declare("aten." + name, numerics=lambda *a, **k: fn(*[_as_int(x) if isinstance(x, np.ndarray) else x for x in a]),
+            rule=rule, shape=elementwise_shape, doc=f"{name}: logical on bool, bitwise on integers")
+
+
+_bitwise("bitwise_and", np.bitwise_and, "and", True)
+_bitwise("bitwise_or", np.bitwise_or, "or", True)
+_bitwise("bitwise_xor", np.bitwise_xor, "xor", True)
+_bitwise("bitwise_not", np.invert, "bitwise_not", False)
