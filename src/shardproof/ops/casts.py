@@ -28,8 +28,6 @@ NUMPY_INT = {"i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "
 INT_RANGE = {k: (int(np.iinfo(v).min), int(np.iinfo(v).max)) for k, v in NUMPY_INT.items()}
 FLOATS = ("f16", "bf16", "f32", "f64")
 BOOL = "b8"
-CAST_ASSUMES = ("casts between float dtypes (and int -> float) keep the value: rounding to the target "
-                "precision is a precision difference (a warning), not a proof obligation")
 
 
 def _kind(dtype) -> str | None:
@@ -107,8 +105,7 @@ def _to_num(x, *args, dtype=None, **kwargs):
 
 declare(("aten._to_copy", "aten.to", "aten.type_as", "prims.convert_element_type", "aten._to_dtype"),
         numerics=_to_num, rule=cast_rule, shape=lambda x, *a, **k: x,
-        doc="dtype cast: the identity where the target represents every value, else the term cast[dtype]",
-        assumes=CAST_ASSUMES)
+        doc="dtype cast: the identity where the target represents every value, else the term cast[dtype]")
 
 
 def _frac(x):
