@@ -964,9 +964,7 @@ def _empty_shape(a):
     return sizes[0] if sizes else (np.shape(a[0]) if a else ())
 
 
-declare(T + "copy", numerics=lambda dst, src, *a: np.broadcast_to(src, np.shape(dst)).astype(np.float64),
-        rule=lambda ctx, dst, src, *a: layout.expand(ctx.terms, src, shape_of(ctx.terms, dst)),
-        doc="functional copy_: the result is src broadcast to dst's shape")
+# aten.copy (copy_ converts src to dst's dtype): ops/casts.py
 
 # ------------------------------------------------------------------ backward ops (joint fw+bw graphs)
 #

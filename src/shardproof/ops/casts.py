@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..algebra import compute
-from ..algebra.layout import Val
+from ..algebra import layout
+from ..algebra.layout import Val, shape_of
 from ..algebra.terms import COMMUTATIVE
 from .common import as_float, elementwise_op, elementwise_shape, template, tensor_args
 from .registry import RuleCtx, declare
@@ -82,19 +83,29 @@ def _target(node) -> str | None:
     return getattr(ty, "dtype", None)
 
 
-def cast_rule(ctx: RuleCtx, x, *args, **kwargs):
-    """Identity where the cast preserves value, else the term ``cast[dtype](x)``."""
-    if not isinstance(x, Val):
-        return x
-    src, dst = _dtype_of(ctx.node.args[0]), _target(ctx.node)
+def _cast(ctx: RuleCtx, x: Val, src_node) -> Val:
+    """`x` (the value of `src_node`) converted to the dtype of the node's output."""
+    src, dst = _dtype_of(src_node), _target(ctx.node)
     if src is None or dst is None or preserves(src, dst):
         return x
     return compute.elementwise(ctx.terms, "cast", (dst,), [x])
 
 
-def _to_num(x, *args, dtype=None, **kwargs):
-    """aten.to / _to_copy / convert_element_type: the dtype is a keyword or the first
-    dtype-like positional (``to(x, dtype)``, ``to(x, device, dtype)``, ``to(x, other)``)."""
+def cast_rule(ctx: RuleCtx, x, *args, **kwargs):
+    """Identity where the cast preserves value, else the term ``cast[dtype](x)``."""
+    return _cast(ctx, x, ctx.node.args[0]) if isinstance(x, Val) else x
+
+
+def _out_dtype(node) -> dict:
+    """The numerics convert to the dtype the graph records for the output, where it does."""
+    return {"out_dtype": _target(node)}
+
+
+def _to_num(x, *args, dtype=None, out_dtype=None, **kwargs):
+    """aten.to / _to_copy / convert_element_type: the output's recorded dtype, else a
+    keyword or the first dtype-like positional (``to(x, dtype)``, ``to(x, device, dtype)``,
+    ``to(x, other)``)."""
+    dtype = out_dtype or dtype
     if dtype is None:
         for a in args:
             if isinstance(a, np.ndarray) or (isinstance(a, str) and (a in NUMPY_INT or a in FLOATS or a == BOOL)):
@@ -104,8 +115,24 @@ def _to_num(x, *args, dtype=None, **kwargs):
 
 
 declare(("aten._to_copy", "aten.to", "aten.type_as", "prims.convert_element_type", "aten._to_dtype"),
-        numerics=_to_num, rule=cast_rule, shape=lambda x, *a, **k: x,
+        numerics=_to_num, rule=cast_rule, shape=lambda x, *a, **k: x, node_kwargs=_out_dtype,
         doc="dtype cast: the identity where the target represents every value, else the term cast[dtype]")
+
+
+def _copy_rule(ctx: RuleCtx, dst: Val, src, *args, **kwargs):
+    """Functional ``dst.copy_(src)``: src broadcast to dst's shape, converted to dst's dtype."""
+    if not isinstance(src, Val):
+        return src
+    return _cast(ctx, layout.expand(ctx.terms, src, shape_of(ctx.terms, dst)), ctx.node.args[1])
+
+
+def _copy_num(dst, src, *args, out_dtype=None, **kwargs):
+    value = np.broadcast_to(src, np.shape(dst))
+    return convert(value, out_dtype) if out_dtype else as_float(value)
+
+
+declare("aten.copy", numerics=_copy_num, rule=_copy_rule, node_kwargs=_out_dtype,
+        doc="functional copy_: src broadcast to dst's shape and converted to its dtype")
 
 
 def _frac(x):

@@ -55,6 +55,13 @@ VARIANTS = {
                        "Replicate()"),
     "sum_then_round": (lambda x, n: torch.round(x * 3).sum(0), lambda x, n: torch.round(_reduced((x * 3).sum(0))),
                        "Replicate()"),
+    # copy_ into an integer buffer converts (truncates) too
+    "copy_long_then_sum": (lambda x, n: (x * 3).long().sum(0),
+                           lambda x, n: _reduced(torch.empty(x.shape, dtype=torch.int64).copy_(x * 3).sum(0)),
+                           "Replicate()"),
+    "sum_then_copy_long": (lambda x, n: (x * 3).long().sum(0),
+                           lambda x, n: torch.empty(H, dtype=torch.int64).copy_(_reduced((x * 3).sum(0))),
+                           "Replicate()"),
     # bitwise on integers is not the logical op (6 & 3 == 2, logical_and(6, 3) is true)
     "logical_and_sum": (lambda x, n: torch.logical_and(n, n // 3).long().sum(0),
                         lambda x, n: _reduced(torch.logical_and(n, n // 3).long().sum(0)), "Replicate()"),
@@ -69,10 +76,10 @@ VARIANTS = {
                        lambda x, n: _reduced(x.bfloat16().double().sum(0)), "Replicate()"),
 }
 BUGGY = {"sum_then_long", "sum_then_int32", "sum_then_bool", "sum_then_type_as", "sum_then_int8", "bf16_sum_then_int",
-         "sum_then_floor", "sum_then_round", "bitwise_and_sum"}
+         "sum_then_floor", "sum_then_round", "bitwise_and_sum", "sum_then_copy_long"}
 # where the finding must be: the local sum of the un-cast values (the single-device program
 # sums cast values) or the cast applied after the reduction
-BUG_OPS = {v: {"aten.sum", "aten._to_copy", "aten.floor", "aten.round"} for v in BUGGY}
+BUG_OPS = {v: {"aten.sum", "aten._to_copy", "aten.copy", "aten.floor", "aten.round"} for v in BUGGY}
 # (the localization takes the integer partial sums for rank-local index pieces: found at the reduced copy)
 BUG_OPS["bitwise_and_sum"] = {"aten.bitwise_and", "aten.sum", "aten.copy"}
 
