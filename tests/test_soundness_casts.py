@@ -53,6 +53,8 @@ def test_pair_verdict_matches_execution(executed, module, variant, world):
         assert report.status in ("verified", "unknown"), (report.status, report.findings)
         if variant not in getattr(mod, "UNKNOWN_OK", ()):  # the rules cover these: a proof is expected
             assert report.status == "verified", report.reason
+        elif report.status == "unknown":  # honest: it names the op where it stopped
+            assert "aten." in report.reason, report.reason
     else:
         assert report.status == "violation", (report.status, report.reason)
         finding = report.findings[0]
@@ -114,3 +116,32 @@ def test_bitwise_numerics_agree_with_torch_on_ints_and_bools(name):
     for x, y in [(a, b), (a > 0, b > 0)]:
         assert np.array_equal(f(x.numpy(), y.numpy()), getattr(torch, name)(x, y).numpy())
     assert np.array_equal(lookup("aten.bitwise_not").numerics(a.numpy()), torch.bitwise_not(a).numpy())
+
+
+def test_a_failed_check_is_unknown_naming_the_op_and_reason():
+    """as_strided reading storage outside its input view's elements: the op's check fails
+    on that node, so the verdict is unknown (never verified), naming the op and why."""
+    mod = _mod("strided")
+    report = verify_prepared(prepare(mod.build(2, "reads_before_view"), 2))
+    assert report.status == "unknown"
+    assert "aten.as_strided" in report.reason and "outside its input's elements" in report.reason
+
+
+def test_captured_types_carry_eager_strides_and_offsets_outside_equality():
+    from shardproof.ir.graph import TensorType
+    assert TensorType((2, 3), "f32", (1, 2), 5) == TensorType((2, 3), "f32")
+    assert hash(TensorType((2, 3), "f32", (1, 2), 5)) == hash(TensorType((2, 3), "f32"))
+    p = prepare(_mod("strided").build(2, "offset_absolute_ok"), 2)
+    view = next(n for n in p.dist.graphs[1].nodes if n.op == "aten.slice")
+    assert view.type.strides == (12, 4, 1) and view.type.offset == 4  # x[:, 1:] of a [3, 3, 4] shard
+    t = next(n for n in prepare(_mod("strided").build(2, "transposed_storage"), 2).dist.graphs[0].nodes
+             if n.op == "aten.transpose")
+    assert t.type.strides == (12, 1, 4)
+
+
+def test_every_declared_check_runs_on_its_op():
+    """Ops with a check: as_strided and its scatter (the conventions their rules rely on)."""
+    from shardproof.ops.registry import REGISTRY, load_builtin
+    load_builtin()
+    checked = {name for name, d in REGISTRY.items() if d.check is not None}
+    assert {"aten.as_strided", "aten.as_strided_scatter"} <= checked
