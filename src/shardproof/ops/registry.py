@@ -63,7 +63,10 @@ def failed_check(opdef: OpDef, node) -> str | None:
     """Why the op's rule does not apply to `node` (its declared check), or None."""
     if opdef.check is None:
         return None
-    reason = opdef.check(node)
+    try:
+        reason = opdef.check(node)
+    except Exception as exc:  # a check that cannot read this node's arguments: the rule does not apply
+        reason = f"its check could not be applied ({type(exc).__name__}: {exc})"
     return None if reason is None else f"{node.op}: {reason}"
 
 

@@ -51,10 +51,14 @@ def element_index(shape, size, stride, offset, base_layout) -> tuple[np.ndarray 
     return order[at], None
 
 
-def _check(node) -> str | None:
-    size, stride = node.args[1], node.args[2]
-    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
-    return element_index(node.args[0].type.shape, size, stride, offset, storage_layout(node))[1]
+def _check(at: int):
+    """The check of a strided op whose size, stride and offset arguments start at `at`:
+    every position it reads or writes holds an element of its input."""
+    def check(node) -> str | None:
+        size, stride = node.args[at], node.args[at + 1]
+        offset = node.args[at + 2] if len(node.args) > at + 2 else node.kwargs.get("storage_offset")
+        return element_index(node.args[0].type.shape, size, stride, offset, storage_layout(node))[1]
+    return check
 
 
 def _index(ctx: RuleCtx, base: Val, size, stride, offset) -> np.ndarray:
@@ -134,7 +138,7 @@ def _layout_kwargs(node) -> dict:
     return {"base_layout": storage_layout(node)}
 
 
-declare("aten.as_strided", numerics=_as_strided_num, rule=_as_strided_rule, check=_check, node_kwargs=_layout_kwargs,
+declare("aten.as_strided", numerics=_as_strided_num, rule=_as_strided_rule, check=_check(1), node_kwargs=_layout_kwargs,
         doc="a strided view of its input's storage: the elements stored at the positions it reads")
-declare("aten.as_strided_scatter", numerics=_as_strided_scatter_num, rule=_as_strided_scatter_rule, check=_check,
+declare("aten.as_strided_scatter", numerics=_as_strided_scatter_num, rule=_as_strided_scatter_rule, check=_check(2),
         node_kwargs=_layout_kwargs, doc="write through an as_strided view (consecutive elements of the input)")
