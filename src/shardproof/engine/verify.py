@@ -33,7 +33,8 @@ from .symbolic import SymbolicRun, derive, interpret
 
 ASSUMPTIONS = [
     "real arithmetic: floating-point rounding and summation order are not modelled",
-    "dtype casts preserve value (precision differences are not proof obligations)",
+    "casts between float dtypes (and int -> float) preserve value (precision differences are not proof "
+    "obligations); other casts are modelled exactly",
     "random ops (dropout) draw the same randomness for corresponding elements",
     "uninitialized (empty) buffers carry no value",
     "class targets and token ids are valid indices (no ignore_index entries)",
