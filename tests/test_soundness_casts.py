@@ -145,3 +145,24 @@ def test_every_declared_check_runs_on_its_op():
     load_builtin()
     checked = {name for name, d in REGISTRY.items() if d.check is not None}
     assert {"aten.as_strided", "aten.as_strided_scatter"} <= checked
+
+
+@pytest.mark.parametrize("view", ["contiguous", "transposed", "sliced", "permuted_slice", "expanded"])
+def test_as_strided_numerics_read_storage_as_torch_does(view):
+    base = torch.arange(60, dtype=torch.float64).reshape(3, 4, 5)
+    v = {"contiguous": base, "transposed": base.transpose(1, 2), "sliced": base[:, 1:],
+         "permuted_slice": base.permute(2, 0, 1)[1:], "expanded": base[:1, :1, :].expand(3, 4, 5)}[view]
+    layout = (tuple(v.stride()), v.storage_offset())
+    held = set(v.flatten().tolist())  # storage positions (= values here) the view's elements occupy
+    compared = 0
+    for size, stride, offset in [((2, 3), (5, 1), None), ((4,), (3,), None), ((2, 2), (1, 20), 5), ((2,), (20,), 21),
+                                 ((5,), (1,), None)]:
+        off = v.storage_offset() if offset is None else offset
+        want = torch.as_strided(v, size, stride, off)
+        if not set(want.flatten().tolist()) <= held:
+            continue  # reads outside the view's elements: the check refuses these (unknown)
+        got = lookup("aten.as_strided").numerics(v.contiguous().numpy(), list(size), list(stride), offset,
+                                                 base_layout=layout)
+        assert np.array_equal(got, want.numpy()), (view, size, stride, offset)
+        compared += 1
+    assert compared
