@@ -54,6 +54,12 @@ VARIANTS = {
     "uneven_count_scaled": (lambda x, y, z: z.sum() / torch.ones(B, S + 1).sum(),
                             lambda x, y, z: _reduced(z.sum()) / (torch.ones(B, _local(z)).sum() * _world()),
                             "Replicate()"),
+    # the count through a view of the fill
+    "flatten_count_local": (lambda x, y, z: x.sum() / torch.ones(B, S).flatten().sum(),
+                            lambda x, y, z: _reduced(x.sum() / torch.ones(B, _local(x)).flatten().sum()), "Replicate()"),
+    "flatten_count_reduced": (lambda x, y, z: x.sum() / torch.ones(B, S).flatten().sum(),
+                              lambda x, y, z: _reduced(x.sum()) / _reduced(torch.ones(B, _local(x)).flatten().sum()),
+                              "Replicate()"),
     # a sum over broadcast repeats of a size-1 dim counts them
     "expand_sum_unreduced": (lambda x, y, z: torch.exp(y.expand(-1, W)).sum(-1),
                              lambda x, y, z: torch.exp(y.expand(-1, W // _world())).sum(-1), "Replicate()"),
@@ -69,7 +75,7 @@ VARIANTS = {
     "expand_times_x": (lambda x, y, z: (x * y.expand(-1, S)).sum(1), lambda x, y, z: _reduced((x * y.expand(-1, _local(x))).sum(1)),
                        "Replicate()"),
 }
-BUGGY = {"uneven_count_scaled", "zeros_count_local", "ones_rows_local", "full_int_local", "ones_like_local", "expand_sum_unreduced",
+BUGGY = {"flatten_count_local", "uneven_count_scaled", "zeros_count_local", "ones_rows_local", "full_int_local", "ones_like_local", "expand_sum_unreduced",
          "expand_sum_int"}
 # the finding: the division by the local count, or the sum over the local repeats
 BUG_OPS = {v: {"aten.div", "aten.sum"} for v in BUGGY}
