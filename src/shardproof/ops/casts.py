@@ -85,9 +85,9 @@ def _target(node) -> str | None:
 
 def _cast(ctx: RuleCtx, x: Val, src_node) -> Val:
     """`x` (the value of `src_node`) converted to the dtype of the node's output."""
-    src, dst = _dtype_of(src_node), _target(ctx.node)
-    if src is None or dst is None or preserves(src, dst):
-        return x
+    src, dst = _dtype_of(src_node), _target(ctx.node) or ctx.node.kwargs.get("dtype")
+    if dst is None or (src is None and _kind(dst) == "f") or (src is not None and preserves(src, dst)):
+        return x  # no conversion, or one the precision convention covers; an unknown source: the term
     return compute.elementwise(ctx.terms, "cast", (dst,), [x])
 
 
