@@ -59,8 +59,9 @@ def _aligned(terms: TermStore, vals: list[Val], full_dims: Sequence[int] = ()) -
                 ref_d = dim_of(ref)
             out_vecs.append(ref.vecs[ref_d])
             out_shape.append(terms.shape(ref.t)[ref_d])
-        else:
-            out_vecs.append(None)
+        else:  # every operand is one position along this dim: keep how often it is repeated
+            reps = [v.vecs[dim_of(v)] for v in vals if dim_of(v) is not None and v.vecs[dim_of(v)] is not None]
+            out_vecs.append(reps[0] if reps else None)
             out_shape.append(1)
     return vals, tuple(out_vecs), tuple(out_shape)
 
@@ -193,6 +194,7 @@ def reduction(terms: TermStore, op: str, attrs: tuple, val: Val, dims: Sequence[
     max, min) becomes a partial term that a collective can complete; others materialize."""
     nd = len(val.vecs)
     dims = sorted({d % nd for d in dims}) if dims else list(range(nd))
+    val, factor = _collapse_repeats(terms, op, val, dims) if combinable else (val, 1)
     if not combinable:
         val = materialize(terms, val, [d for d in dims if val.vecs[d] is not None])
     ts = terms.shape(val.t)
@@ -207,7 +209,27 @@ def reduction(terms: TermStore, op: str, attrs: tuple, val: Val, dims: Sequence[
         else:
             shape.append(ts[d]); vecs.append(val.vecs[d])
     t = terms.make(op, (tuple(dims), keepdim, over) + attrs, (val.t,), shape)
-    return Val(t, tuple(vecs))
+    return Val(t if factor == 1 else scale(terms, t, factor), tuple(vecs))
+
+
+REPEAT_INVARIANT = {"amax", "amin", "max", "min"}  # reductions a repeated element does not change
+
+
+def _collapse_repeats(terms: TermStore, op: str, val: Val, dims: Sequence[int]) -> tuple[Val, int]:
+    """A reduced dim along which `val` repeats one term position n times (a broadcast
+    size-1 dim, a constant fill of any local extent): the sum over it is n times that
+    element, a max/min the element itself. Returns `val` holding the position once along
+    such dims, and the factor n (product over the dims) the sum is scaled by."""
+    if op != "sum" and op not in REPEAT_INVARIANT:
+        return val, 1
+    ts = terms.shape(val.t)
+    vecs, factor = list(val.vecs), 1
+    for d in dims:
+        v = val.vecs[d]
+        if v is not None and len(v) > 1 and bool((v == v[0]).all()):
+            factor *= len(v) if op == "sum" else 1
+            vecs[d] = canon_vec(v[:1], ts[d])
+    return Val(val.t, tuple(vecs)), factor
 
 
 def _one_position(terms: TermStore, val: Val, d: int) -> bool:

@@ -144,7 +144,7 @@ def view_term(terms: TermStore, op: str, attrs: tuple, t: int, shape) -> int:
 def permute(terms: TermStore, val: Val, perm: Sequence[int]) -> Val:
     perm = tuple(int(p) % len(val.vecs) for p in perm)
     if _mapped(terms, val):
-        return at_positions(terms, val.t, _flat_positions(terms, val).transpose(perm))
+        return at_positions(terms, val.t, flat_positions(terms, val).transpose(perm))
     ts = terms.shape(val.t)
     t = view_term(terms, "permute", (perm,), val.t, [ts[p] for p in perm])
     return Val(t, tuple(val.vecs[p] for p in perm))
@@ -229,7 +229,7 @@ def _within_viewed_cat(terms: TermStore, val: Val) -> Val:
         return val
     inner = term.children[0]
     shape = terms.shape(inner)
-    flat = _flat_positions(terms, val).ravel()
+    flat = flat_positions(terms, val).ravel()
     coords = np.unravel_index(flat, shape)
     vecs = [c[np.sort(np.unique(c, return_index=True)[1])] for c in coords]
     if not np.array_equal(np.ravel_multi_index(np.ix_(*vecs), shape).ravel(), flat):
@@ -365,7 +365,7 @@ def reshape(terms: TermStore, val: Val, new_shape: Sequence[int]) -> Val:
     if list(cur) == new_shape:
         return val
     if _mapped(terms, val):
-        return at_positions(terms, val.t, _flat_positions(terms, val).reshape(new_shape))
+        return at_positions(terms, val.t, flat_positions(terms, val).reshape(new_shape))
     ts = terms.shape(val.t)
     groupings = [_group_dims(cur, new_shape)]
     if _group_dims_units_left(cur, new_shape) != groupings[0]:
@@ -459,7 +459,7 @@ def _broadcast_to_selection(terms: TermStore, val: Val, extent: dict) -> Val:
 MAX_MAPPED = 1 << 22  # elements: a bigger layout that is no grid is materialized instead
 
 
-def _flat_positions(terms: TermStore, val: Val) -> np.ndarray:
+def flat_positions(terms: TermStore, val: Val) -> np.ndarray:
     """The flat positions in term ``val.t`` of `val`'s elements, laid out in `val`'s shape."""
     ts = terms.shape(val.t)
     flat = np.arange(prod(ts), dtype=np.int64).reshape(ts)
@@ -487,11 +487,18 @@ def at_positions(terms: TermStore, t: int, m: np.ndarray) -> Val:
     all_to_all's blocks reassembled are thus the selection the single device holds."""
     if terms[t].op == "take":  # a map of a map: one map of the term the first one views
         t, m = terms[t].children[0], np.frombuffer(terms[t].attrs[1], dtype=np.int64)[m]
-    top, top_m = t, m
-    while True:
-        vecs = _grid(m, terms.shape(t))
+    for level, level_m in view_levels(terms, t, m):
+        vecs = _grid(level_m, terms.shape(level))
         if vecs is not None:
-            return Val(t, vecs)
+            return Val(level, vecs)
+    return Val(terms.make("take", (m.shape, m.tobytes()), (t,), m.shape), (None,) * m.ndim)
+
+
+def view_levels(terms: TermStore, t: int, m: np.ndarray):
+    """(term, positions) for flat positions `m` of term `t` and, down its chain of views
+    (position maps, permutes, reshapes), the same elements' positions in each viewed term."""
+    while True:
+        yield t, m
         term = terms[t]
         if term.op == "take":
             m = np.frombuffer(term.attrs[1], dtype=np.int64)[m]
@@ -499,9 +506,8 @@ def at_positions(terms: TermStore, t: int, m: np.ndarray) -> Val:
             inner = terms.shape(term.children[0])
             m = np.arange(prod(inner), dtype=np.int64).reshape(inner).transpose(term.attrs[0]).ravel()[m]
         elif term.op != "reshape":  # a reshape keeps flat positions
-            break
+            return
         t = term.children[0]
-    return Val(terms.make("take", (top_m.shape, top_m.tobytes()), (top,), top_m.shape), (None,) * top_m.ndim)
 
 
 def _mapped(terms: TermStore, val: Val) -> bool:
@@ -512,7 +518,7 @@ def _mapped(terms: TermStore, val: Val) -> bool:
 def _settled(terms: TermStore, val: Val) -> Val:
     """A selection of a position map as the plain selection it may have become (a block
     of an all_to_all's receive buffer that is one sender's piece)."""
-    return at_positions(terms, val.t, _flat_positions(terms, val)) if _mapped(terms, val) else val
+    return at_positions(terms, val.t, flat_positions(terms, val)) if _mapped(terms, val) else val
 
 
 def _selection_of_built_cat(terms: TermStore, vals: Sequence[Val], dim: int, keep: list) -> Val | None:
@@ -576,7 +582,7 @@ def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:
         return Val(first.t, tuple(vecs))
     if all(v.t == first.t for v in vals) and sum(prod(shape_of(terms, v)) for v in vals) <= MAX_MAPPED:
         # pieces of one term selected differently on other dims (an all_to_all's blocks)
-        return at_positions(terms, first.t, np.concatenate([_flat_positions(terms, v) for v in vals], dim))
+        return at_positions(terms, first.t, np.concatenate([flat_positions(terms, v) for v in vals], dim))
     # other dims selected alike in every piece stay selections (cat commutes with them);
     # a piece broadcast along a dim (a constant fill) agrees with any selection of it
     nd = len(first.vecs)

@@ -83,11 +83,31 @@ def complete_partials(terms: TermStore, ts: list[int], kind: str) -> int | None:
     return terms.make(first.op, (dims, keepdim, rest, *extra), first.children, first.shape)
 
 
+def _sum_of_multiples(terms: TermStore, ts: list[int]) -> int | None:
+    """``c_1 x + ... + c_n x`` is ``(c_1 + ... + c_n) x`` (ranks counting uneven shares of
+    one repeated element: a fill's local extents); constant fills add up to one."""
+    fills = [terms[t] for t in ts]
+    if all(f.op == "fill" and f.shape == fills[0].shape and f.attrs[1:] == fills[0].attrs[1:]
+           and isinstance(f.attrs[0], (int, float, Fraction)) and not isinstance(f.attrs[0], bool) for f in fills):
+        return terms.make("fill", (sum(f.attrs[0] for f in fills),) + fills[0].attrs[1:], (), fills[0].shape)
+
+    def split(t):
+        term = terms[t]
+        return (term.children[0], term.attrs[0]) if term.op == "scale" else (t, 1)
+    parts = [split(t) for t in ts]
+    if len({p[0] for p in parts}) != 1:
+        return None
+    return scale(terms, parts[0][0], sum(Fraction(c) for _, c in parts))
+
+
 def sum_terms(terms: TermStore, ts: list[int]) -> int:
     n = len(ts)
     if all(t == ts[0] for t in ts):
         return scale(terms, ts[0], n)
     done = complete_partials(terms, ts, "sum")
+    if done is not None:
+        return done
+    done = _sum_of_multiples(terms, ts)
     if done is not None:
         return done
     for lemma in RANK_SUM_LEMMAS:

@@ -7,7 +7,7 @@ import numpy as np
 from ..algebra.layout import Val
 from ..ir.graph import Graph, Node
 from ..relations.spec import held
-from ..ops.registry import lookup
+from ..ops.registry import lookup, run_numerics
 from .lockstep import is_collective, resolve
 from .result import Finding
 
@@ -214,8 +214,8 @@ def _mixed_sharded_dim(counterpart: Node | None, input_rels: list, s_env: dict):
         return None
     try:
         with np.errstate(all="ignore"):
-            got = opdef.numerics(*resolve(op_node.args, local),
-                                 **{k: resolve(v, local) for k, v in op_node.kwargs.items()})
+            got = run_numerics(opdef, op_node, resolve(op_node.args, local),
+                               {k: resolve(v, local) for k, v in op_node.kwargs.items()})
             got = got[index] if index is not None else got
         want = held(s_env[counterpart], vecs)
     except (ArithmeticError, LookupError, TypeError, ValueError):  # no such pieces to apply it to: nothing to tell

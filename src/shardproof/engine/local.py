@@ -18,7 +18,7 @@ import numpy as np
 
 from ..algebra.layout import Val, vec_array
 from ..ir.graph import DistributedProgram, Graph, Node
-from ..ops.registry import lookup
+from ..ops.registry import lookup, run_numerics
 from ..relations.infer import relation_by_value
 from ..relations.spec import Partial, Relation, held, layout_index
 from .diagnose import counterpart_of
@@ -98,7 +98,7 @@ def _evaluate(node: Node, env: dict):
     args = resolve(node.args, env)
     kwargs = {k: resolve(v, env) for k, v in node.kwargs.items()}
     with np.errstate(all="ignore"):
-        return opdef.numerics(*args, **kwargs)
+        return run_numerics(opdef, node, args, kwargs)
 
 
 def _close(a, b) -> bool:

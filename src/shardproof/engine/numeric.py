@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import DistributedProgram, Graph, Node
-from ..ops.registry import lookup
+from ..ops.registry import lookup, run_numerics
 from .lockstep import resolve, run_lockstep
 
 
@@ -27,7 +27,7 @@ def _eval_node(inputs: dict):
         args = resolve(node.args, env)
         kwargs = {k: resolve(v, env) for k, v in node.kwargs.items()}
         with np.errstate(all="ignore"):
-            return opdef.numerics(*args, **kwargs)
+            return run_numerics(opdef, node, args, kwargs)
     return run
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from ..algebra.layout import Val, full
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
-from ..ops.registry import RuleCtx, lookup
+from ..ops.registry import RuleCtx, failed_check, lookup
 from .lockstep import CollectiveMismatch, resolve, run_lockstep
 
 
@@ -54,6 +54,10 @@ def _evaluator(terms: TermStore, inputs: dict[str, Val], unsupported: list, worl
         if opdef is None:
             unsupported.append(Unsupported(who, node, f"no rule for op {node.op}"))
             return _opaque(terms, node, who)
+        failed = failed_check(opdef, node)
+        if failed is not None:  # a convention the rule relies on does not hold here: never guess
+            unsupported.append(Unsupported(who, node, failed))
+            return _opaque(terms, node, who)
         args = resolve(node.args, env)
         kwargs = {k: resolve(v, env) for k, v in node.kwargs.items()}
         ctx = RuleCtx(terms, node, rank, world)
@@ -77,6 +81,10 @@ def interpret(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, Val],
     unsupported: list[Unsupported] = []
     def eval_collective(nodes, args):
         opdef = lookup(nodes[0].op)
+        failed = next((f for f in (failed_check(opdef, n) for n in nodes) if f is not None), None)
+        if failed is not None:
+            unsupported.append(Unsupported(None, nodes[0], failed))
+            return [_opaque(terms, n, i) for i, n in enumerate(nodes)]
         ctx = RuleCtx(terms, nodes[0], 0, len(nodes))
         vals = [a[0] for a in args]
         try:

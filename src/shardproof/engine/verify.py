@@ -34,7 +34,8 @@ from .symbolic import SymbolicRun, derive, interpret
 
 ASSUMPTIONS = [
     "real arithmetic: floating-point rounding and summation order are not modelled",
-    "dtype casts preserve value (precision differences are not proof obligations)",
+    "casts between float dtypes (and int -> float) preserve value (precision differences are not proof "
+    "obligations); other casts are modelled exactly",
     "random ops (dropout) draw the same randomness for corresponding elements",
     "uninitialized (empty) buffers carry no value",
     "class targets and token ids are valid indices (no ignore_index entries)",
@@ -287,10 +288,13 @@ def _whole_range_masks(bindings: dict[str, InputRelation]) -> set[str]:
 
 
 def numeric_inputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
-                   examples: dict | None, seed: int = 0):
+                   examples: dict | None, seed: int = 0, fractional: bool = False):
     """Single-device inputs (examples, else small integers) and each rank's inputs derived
-    through the relations, so both programs see corresponding values."""
+    through the relations, so both programs see corresponding values. With `fractional`,
+    float inputs without an example are multiples of 1/1024 (still exact in binary), so that
+    truncating casts and roundings show what they drop."""
     rng = np.random.default_rng(seed)
+    denom = 1024.0 if fractional else 1.0
     seq_in = {}
     for n in seq.inputs:
         if examples and n.name in examples:
@@ -298,7 +302,7 @@ def numeric_inputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inp
         elif n.type.dtype.startswith(("i", "u", "b")) or n.type.dtype in ("bool",):
             seq_in[n.name] = rng.integers(0, 2, size=n.shape)
         else:
-            seq_in[n.name] = rng.integers(-2, 3, size=n.shape).astype(np.float64)
+            seq_in[n.name] = rng.integers(-2 * int(denom), 2 * int(denom) + 1, size=n.shape) / denom
     for b in bindings.values():  # ids of a derived relation range over all blocks
         if isinstance(b.relation, DERIVED) and not (examples and _ids_of(b) in examples):
             seq_in[_ids_of(b)] = rng.integers(0, b.relation.size, size=seq_in[_ids_of(b)].shape)
@@ -468,13 +472,19 @@ def _refine(finding: Finding, dist: DistributedProgram, status: list, gradients:
 def differing_outputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],
                       expect: dict | None = None, examples: dict | None = None, names=None, seed: int = 0):
     """Outputs whose distributed values do not relate to the single-device values as
-    expected, on one numeric instance (evidence, never proof); also returns the instance."""
+    expected, on a numeric instance (evidence, never proof); also returns the instance.
+    Integer-valued floats first; where they show no difference, multiples of 1/1024 (a truncating
+    cast or a rounding is the identity on integers)."""
     check_evaluable(seq, dist)
-    s_in, d_in = numeric_inputs(seq, dist, bindings, examples, seed)
-    s_env, d_envs = evaluate(seq, dist, s_in, d_in)
     expect = expect or {}
     names = list(seq.outputs) if names is None else names
-    return [o for o in names if _output_differs(seq, dist, o, expect.get(o), s_env, d_envs)], (s_in, s_env, d_envs)
+    for fractional in (False, True):
+        s_in, d_in = numeric_inputs(seq, dist, bindings, examples, seed, fractional)
+        s_env, d_envs = evaluate(seq, dist, s_in, d_in)
+        differing = [o for o in names if _output_differs(seq, dist, o, expect.get(o), s_env, d_envs)]
+        if differing:
+            break
+    return differing, (s_in, s_env, d_envs)
 
 
 def _src(node: Node) -> str | None:

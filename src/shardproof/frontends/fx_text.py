@@ -69,11 +69,12 @@ import ast
 import math
 import os
 import re
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ..ir.graph import Graph, Node, Source, TensorType
+from ..ir.graph import Graph, Node, Source, TensorType, contiguous_strides
 
 __all__ = ["DumpError", "parse_graph", "load_graph", "load_program", "dump_kinds", "TORCH_DTYPES"]
 
@@ -551,6 +552,9 @@ class _Parser:
             return {"base": idx, "value": view, "node": view, "kind": "slice", "params": (dim, start, end)}
         if f"{prefix}_storage_offset" in kwargs:
             size, stride, off = (kwargs.get(f"{prefix}_{s}") for s in ("size", "stride", "storage_offset"))
+            if isinstance(base.type, TensorType) and base.type.strides is None:
+                # dumps print no strides; a functionalization base owns its storage: contiguous from offset 0
+                base.type = replace(base.type, strides=tuple(contiguous_strides(base.type.shape)), offset=0)
             ty = TensorType(tuple(size), base.type.dtype) if isinstance(base.type, TensorType) and isinstance(
                 size, (list, tuple)) and all(isinstance(s, int) for s in size) else None
             view = self.add(Node(self.fresh(f"{self.current}.{arg}"), "aten.as_strided", (base, size, stride, off), {},

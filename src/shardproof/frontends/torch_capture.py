@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import traceback
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
@@ -232,7 +233,34 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
                          record_stack_traces=True)(*inputs.values())
     except Exception as exc:
         raise CaptureError(f"tracing {label or 'the program'} failed: {type(exc).__name__}: {exc}") from exc
-    return from_fx(gm.graph, names, output_names, label)
+    return from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
+
+
+def storage_layouts(gm, args: list) -> dict:
+    """Each node's (strides, storage offset) as eager PyTorch would lay the tensor out,
+    from a fake-tensor run of the traced graph on (fakes of) the actual inputs: the values
+    a real-mode trace records are not views, so their own offsets say nothing of storage.
+    Empty when that run fails (every layout then unknown: rules that need one say so)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    try:
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        fakes = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    except Exception:  # noqa: BLE001  (any failure: the layouts stay unknown, never guessed)
+        return {}
+    out = {}
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor) and v.layout == torch.strided:
+            out[n] = (tuple(int(s) for s in v.stride()), int(v.storage_offset()))
+    return out
+
+
+def _with_storage(ty, layout):
+    if isinstance(ty, TensorType) and layout is not None:
+        return replace(ty, strides=layout[0], offset=layout[1])
+    return ty
 
 
 # ---------------------------------------------------------------- FX -> IR
@@ -269,15 +297,19 @@ def _convert(value, env):
     return value
 
 
-def from_fx(fx_graph, input_names: list[str], output_names: list[str], label: str = "") -> Graph:
-    """Convert a functional ATen FX graph; collective group names become global rank tuples."""
+def from_fx(fx_graph, input_names: list[str], output_names: list[str], label: str = "",
+            storage: dict | None = None) -> Graph:
+    """Convert a functional ATen FX graph; collective group names become global rank tuples.
+    `storage`: fx node -> (strides, offset), where known (see :func:`storage_layouts`)."""
+    storage = storage or {}
     graph = Graph(label=label)
     env: dict = {}
     placeholders = iter(input_names)
     gm_owner = fx_graph.owning_module
     for fx_node in fx_graph.nodes:
         if fx_node.op == "placeholder":
-            node = Node(next(placeholders), "input", type=_type_of(fx_node.meta.get("val")))
+            node = Node(next(placeholders), "input",
+                        type=_with_storage(_type_of(fx_node.meta.get("val")), storage.get(fx_node)))
         elif fx_node.op == "get_attr":
             value = getattr(gm_owner, fx_node.target)
             node = Node(fx_node.name, "constant", kwargs={"value": value.detach().double().numpy()
@@ -293,7 +325,8 @@ def from_fx(fx_graph, input_names: list[str], output_names: list[str], label: st
             kwargs = {k: _convert(v, env) for k, v in fx_node.kwargs.items() if k not in _DROPPED_KWARGS}
             if op.startswith(COLLECTIVE_PREFIXES) and args and isinstance(args[-1], str):
                 args = args[:-1] + (group_ranks(args[-1]),)
-            node = Node(fx_node.name, op, tuple(args), kwargs, _type_of(fx_node.meta.get("val")), _source(fx_node),
+            node = Node(fx_node.name, op, tuple(args), kwargs,
+                        _with_storage(_type_of(fx_node.meta.get("val")), storage.get(fx_node)), _source(fx_node),
                         defects=tuple(fx_node.meta.get("custom", {}).get(DEFECTS_META, ())))
         elif fx_node.op == "output":
             outs = fx_node.args[0]

@@ -24,7 +24,7 @@ import torch.fx.traceback as fx_traceback
 from ..case import SGD, AdamW, Train
 from ..ir.graph import Graph
 from .torch_capture import (CaptureError, as_dtensor, dtensor_specs, fake_world, from_fx, functional_collectives,
-                            innermost_user_frame, local_tensor, user_stack_traces)
+                            innermost_user_frame, local_tensor, storage_layouts, user_stack_traces)
 from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
 
 STATE_SEP = ":"
@@ -216,7 +216,7 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
         raise
     except Exception as exc:
         raise CaptureError(f"tracing the training step of {label} failed: {type(exc).__name__}: {exc}") from exc
-    return from_fx(gm.graph, names, output_names, label), inputs
+    return from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values()))), inputs
 
 
 def capture_single_step(model: Any, data: dict, train: Train) -> tuple[Graph, dict]:

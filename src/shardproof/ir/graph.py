@@ -25,8 +25,14 @@ class Source:
 
 @dataclass(frozen=True)
 class TensorType:
+    """A tensor's shape and dtype; where the frontend knows them (live capture), its
+    `strides` and storage `offset` in elements (not part of equality: two types of the
+    same shape and dtype are the same type)."""
+
     shape: tuple[int, ...]
     dtype: str = "f32"
+    strides: tuple[int, ...] | None = field(default=None, compare=False)
+    offset: int | None = field(default=None, compare=False)
 
     @property
     def numel(self) -> int:
@@ -37,6 +43,15 @@ class TensorType:
 
     def __str__(self) -> str:
         return f"{self.dtype}{list(self.shape)}"
+
+
+def contiguous_strides(size) -> list[int]:
+    """Row-major strides (in elements) of a tensor of `size`."""
+    strides, step = [], 1
+    for s in reversed(list(size)):
+        strides.append(step)
+        step *= max(int(s), 1)
+    return strides[::-1]
 
 
 @dataclass(eq=False)

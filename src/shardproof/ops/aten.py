@@ -23,7 +23,7 @@ _UNARY = {
     "sqrt": np.sqrt, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0.0),
     "silu": lambda x: x / (1.0 + np.exp(-x)), "sin": np.sin, "cos": np.cos, "abs": np.abs,
     "reciprocal": lambda x: 1.0 / x, "erf": erf, "log1p": np.log1p, "expm1": np.expm1,
-    "logical_not": np.logical_not, "bitwise_not": np.logical_not, "square": np.square,
+    "logical_not": np.logical_not, "square": np.square,
     "isinf": np.isinf, "isnan": np.isnan, "sign": np.sign,
 }
 for _name, _fn in _UNARY.items():
@@ -62,10 +62,9 @@ _BINARY = {
     "eq": (np.equal, True), "ne": (np.not_equal, True), "lt": (np.less, False), "le": (np.less_equal, False),
     "gt": (np.greater, False), "ge": (np.greater_equal, False),
     "logical_and": (np.logical_and, True), "logical_or": (np.logical_or, True),
-    "bitwise_and": (np.logical_and, True), "bitwise_or": (np.logical_or, True),
     "remainder": (np.remainder, False), "fmod": (np.fmod, False), "floor_divide": (np.floor_divide, False),
 }
-_BOOL_TERMS = {"logical_and": "and", "bitwise_and": "and", "logical_or": "or", "bitwise_or": "or"}
+_BOOL_TERMS = {"logical_and": "and", "logical_or": "or"}  # bitwise ops: ops/casts.py (they depend on the dtype)
 for _name, (_fn, _comm) in _BINARY.items():
     elementwise_op(T + _name, _fn, commutative=_comm, term=_BOOL_TERMS.get(_name))
 
@@ -177,9 +176,9 @@ declare(T + "native_dropout", numerics=_dropout_num, rule=_dropout_rule, doc="dr
 declare(T + "dropout", numerics=lambda x, p, train=True: _dropout_num(x, p, train)[0],
         rule=lambda ctx, x, p, train=True: _dropout_rule(ctx, x, p, train)[0], doc="dropout, same-mask convention")
 
-identity_op((T + "clone", T + "contiguous", T + "alias", T + "detach", T + "_to_copy", T + "lift_fresh_copy",
-             T + "to", T + "type_as", T + "_assert_tensor_metadata", T + "view_as_real_copy"),
-            "copies and dtype casts keep the value")
+identity_op((T + "clone", T + "contiguous", T + "alias", T + "detach", T + "lift_fresh_copy",
+             T + "_assert_tensor_metadata", T + "view_as_real_copy"),
+            "copies keep the value (dtype casts: ops/casts.py)")
 
 # ------------------------------------------------------------------ views
 
@@ -269,55 +268,6 @@ def _slice_scatter_rule(ctx: RuleCtx, base: Val, src: Val, dim=0, start=None, en
 declare(T + "slice_scatter", numerics=_slice_scatter_num, rule=_slice_scatter_rule, doc="write a slice")
 
 
-def contiguous_strides(size) -> list[int]:
-    strides, step = [], 1
-    for s in reversed(list(size)):
-        strides.append(step)
-        step *= max(int(s), 1)
-    return strides[::-1]
-
-
-def _strided_index(size, stride, offset) -> np.ndarray:
-    """The flat (row-major) positions of the base that an as_strided view reads."""
-    grids = np.meshgrid(*[np.arange(s) * st for s, st in zip(size, stride)], indexing="ij")
-    return offset + sum(grids, np.zeros(tuple(size), dtype=np.int64)) if len(size) else np.asarray(offset)
-
-
-def _flat_window(ctx: RuleCtx, base: Val, size, stride, offset) -> tuple[Val, int, int]:
-    """as_strided with contiguous strides is a window of the flattened base: (flat, lo, hi).
-    Other strides (overlapping or skipping views) have no rule."""
-    if [int(st) for st in stride] != contiguous_strides(size) and prod(size) > 1:
-        raise ValueError(f"as_strided with non-contiguous strides {list(stride)} for size {list(size)} has no rule")
-    flat = layout.reshape(ctx.terms, base, (prod(shape_of(ctx.terms, base)),))
-    lo = int(offset or 0)
-    return flat, lo, lo + prod(size)
-
-
-def _as_strided_rule(ctx: RuleCtx, x: Val, size, stride, offset=0):
-    flat, lo, hi = _flat_window(ctx, x, size, stride, offset)
-    return layout.reshape(ctx.terms, layout.slice_(ctx.terms, flat, 0, lo, hi), tuple(size))
-
-
-def _as_strided_scatter_rule(ctx: RuleCtx, base: Val, src: Val, size, stride, offset=0):
-    flat, lo, hi = _flat_window(ctx, base, size, stride, offset)
-    src = layout.reshape(ctx.terms, src, (hi - lo,))
-    return layout.reshape(ctx.terms, _slice_scatter_rule(ctx, flat, src, 0, lo, hi), shape_of(ctx.terms, base))
-
-
-def _as_strided_scatter_num(base, src, size, stride, offset=0):
-    out = as_float(base).copy()
-    out.reshape(-1)[_strided_index(size, stride, offset or 0)] = src
-    return out
-
-
-AS_STRIDED_BASE = ("as_strided views index their input's own elements in row-major order (the input is a "
-                   "contiguous tensor whose storage starts at it, as functionalized graphs and FSDP pass it)")
-declare(T + "as_strided", numerics=lambda x, size, stride, offset=0: np.ravel(x)[_strided_index(size, stride, offset or 0)],
-        rule=_as_strided_rule, doc="a strided view of the base's row-major storage (contiguous strides: a window)",
-        assumes=AS_STRIDED_BASE)
-declare(T + "as_strided_scatter", numerics=_as_strided_scatter_num, rule=_as_strided_scatter_rule,
-        doc="write through an as_strided view (contiguous strides: a window of the flattened base)",
-        assumes=AS_STRIDED_BASE)
 def _slice_backward_rule(ctx: RuleCtx, g: Val, sizes, dim, start, end, step):
     """The gradient between zero blocks along `dim`; the zeros are laid out like `g` on the
     other dims (a constant holds on any piece), so a rank's piece of g stays that piece."""
@@ -1014,9 +964,7 @@ def _empty_shape(a):
     return sizes[0] if sizes else (np.shape(a[0]) if a else ())
 
 
-declare(T + "copy", numerics=lambda dst, src, *a: np.broadcast_to(src, np.shape(dst)).astype(np.float64),
-        rule=lambda ctx, dst, src, *a: layout.expand(ctx.terms, src, shape_of(ctx.terms, dst)),
-        doc="functional copy_: the result is src broadcast to dst's shape")
+# aten.copy (copy_ converts src to dst's dtype): ops/casts.py
 
 # ------------------------------------------------------------------ backward ops (joint fw+bw graphs)
 #

@@ -42,6 +42,12 @@ class OpDef:
     """Collectives: ``match(members' args) -> the arguments after the first that the rule
     receives`` (raises :class:`ArgsMismatch` when the members' arguments do not pair up);
     None: every argument after the first must be the same on all members."""
+    check: Callable[[Any], str | None] | None = None
+    """``check(node)``: None when the rule applies to this node, else the reason it does not
+    (a convention that does not hold here); the engine then answers unknown, naming the op."""
+    node_kwargs: Callable[[Any], dict] | None = None
+    """``node_kwargs(node)``: keyword arguments the numerics take from the graph node itself
+    (the storage layout of an operand), added to the node's own."""
 
 
 class ArgsMismatch(ValueError):
@@ -52,12 +58,31 @@ REGISTRY: dict[str, OpDef] = {}
 
 
 def declare(names: str | tuple[str, ...], *, numerics, rule, shape=None, collective=False, doc="",
-            assumes: str = "", match=None) -> OpDef:
+            assumes: str = "", match=None, check=None, node_kwargs=None) -> OpDef:
     names = (names,) if isinstance(names, str) else names
-    opdef = OpDef(names[0], numerics, rule, shape, collective, doc, assumes=assumes, match=match)
+    opdef = OpDef(names[0], numerics, rule, shape, collective, doc, assumes=assumes, match=match, check=check,
+                  node_kwargs=node_kwargs)
     for n in names:
         REGISTRY[n] = opdef
     return opdef
+
+
+def failed_check(opdef: OpDef, node) -> str | None:
+    """Why the op's rule does not apply to `node` (its declared check), or None."""
+    if opdef.check is None:
+        return None
+    try:
+        reason = opdef.check(node)
+    except Exception as exc:  # a check that cannot read this node's arguments: the rule does not apply
+        reason = f"its check could not be applied ({type(exc).__name__}: {exc})"
+    return None if reason is None else f"{node.op}: {reason}"
+
+
+def run_numerics(opdef: OpDef, node, args, kwargs):
+    """The op's numerics on resolved arguments, with what they take from the node."""
+    if opdef.node_kwargs is not None:
+        kwargs = {**kwargs, **opdef.node_kwargs(node)}
+    return opdef.numerics(*args, **kwargs)
 
 
 def lookup(name: str) -> OpDef | None:
@@ -74,5 +99,5 @@ def load_builtin() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from . import aten, collectives, frameworks, fsdp, xla  # noqa: F401  (declarations register themselves)
+        from . import aten, casts, collectives, frameworks, fsdp, strided, xla  # noqa: F401  (declarations register themselves)
         from ..algebra import lemmas, masks  # noqa: F401  (pattern lemmas register themselves)
