@@ -102,7 +102,8 @@ def test_rounding_numerics_agree_with_torch(name):
 
 def test_value_preserving_casts_are_the_identity_and_others_are_terms():
     from shardproof.ops.casts import preserves
-    assert preserves("f32", "f64") and preserves("f64", "bf16") and preserves("i32", "i64")
+    assert preserves("f32", "f64") and preserves("bf16", "f32") and preserves("i32", "i64")
+    assert not preserves("f64", "bf16") and not preserves("f32", "f16") and not preserves("bf16", "f16")
     assert preserves("b8", "i8") and preserves("u8", "i16") and preserves("i64", "f32")
     assert not preserves("f32", "i64") and not preserves("f32", "b8") and not preserves("i64", "i8")
     assert not preserves("i8", "u8") and not preserves("u8", "i8") and not preserves("i32", "b8")

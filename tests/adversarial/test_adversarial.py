@@ -29,14 +29,7 @@ IGNORE = "relations: ignore_index targets assumed absent (issue 14, class 7)"
 
 # pair -> the class whose fix it waits for (shardproof gets it wrong today)
 FAILING: dict[str, str] = {
-    "cast_trunc_before_reduce": CAST, "cast_type_as_int_partial": CAST, "cast_bf16_partial": CAST,
-    "dtype_half_partial_sum": CAST, "dtype_int32_overflow": CAST,
-    "bcast_subgroup_src_global": ROOT, "bcast_subgroup_group_src": ROOT,
-    "a2a_recv_transposed": BUFFER,
-    "a2a_split_sizes_per_rank": SPLITS,
-    "fill_count_local": EXTENT, "expand_local_extent": EXTENT,
-    "loader_zero_bias_block0": AMBIGUOUS, "loader_ones_weight_block0": AMBIGUOUS,
-    "ce_ignore_index_seq_mean_of_means": IGNORE,
+    "cast_bf16_partial": CAST, "dtype_half_partial_sum": CAST,
 }
 
 

@@ -4,7 +4,8 @@ it holds: when the examples break it, the proof that used it is no proof, and th
 is left to the numeric evidence (a difference: a violation) or is unknown, naming the op,
 the input and the offending value.
 
-- Integer data inputs are valid, non-negative indices (``algebra/lemmas.py``: ``ids != c``
+- Integer data inputs that reach an index-reading op (``INDEX_READERS``) are valid,
+  non-negative indices (``algebra/lemmas.py``: ``ids != c``
   is all-true for a negative c, the one-hot of a target row sums to one; the nll rule
   takes every target): an ``ignore_index`` of -100 among the targets breaks it.
 - ``nll_loss`` takes every target: none equals its ``ignore_index`` (any value).
@@ -55,8 +56,14 @@ def _source_input(node) -> Optional[Node]:
     return node if isinstance(node, Node) and node.op == "input" else None
 
 
-def _first_reader(graph: Graph, node: Node, users: dict) -> Node:
-    """The first op that reads `node`'s values other than to view or copy them."""
+INDEX_READERS = {"aten.embedding", "aten.embedding_dense_backward", "aten.index", "aten.index_select",
+                 "aten.gather", "aten.scatter", "aten.scatter_add", "aten.scatter_reduce", "aten.index_put",
+                 "aten.index_add", "aten.take", "aten.one_hot", "aten.ne", "aten.eq", *NLL}
+"""Ops whose rules (or the lemmas over them) take integer values as valid indices."""
+
+
+def _index_reader(node: Node, users: dict) -> Optional[Node]:
+    """The first op downstream of `node` (along any path) that takes its values as indices."""
     todo, seen = [node], set()
     while todo:
         n = todo.pop(0)
@@ -64,11 +71,10 @@ def _first_reader(graph: Graph, node: Node, users: dict) -> Node:
             if u in seen:
                 continue
             seen.add(u)
-            if u.op in PASS_THROUGH:
-                todo.append(u)
-            else:
+            if u.op in INDEX_READERS:
                 return u
-    return node
+            todo.append(u)
+    return None
 
 
 def _arg(node: Node, pos: int, name: str, default):
@@ -90,8 +96,8 @@ def input_breaches(graph: Graph, examples: Mapping[str, np.ndarray] | None) -> l
             continue
         values = np.asarray(values)
         negative = values[values < 0] if values.size else values
-        if negative.size:
-            reader = _first_reader(graph, n, users)
+        reader = _index_reader(n, users) if negative.size else None
+        if reader is not None:
             out.append(Breach(VALID_INDICES, reader.op, reader.name, n.name, int(negative.flat[0])))
     flagged = {b.input for b in out}
     for n in graph.nodes:

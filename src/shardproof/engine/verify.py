@@ -34,8 +34,8 @@ from .symbolic import SymbolicRun, derive, interpret
 
 ASSUMPTIONS = [
     "real arithmetic: floating-point rounding and summation order are not modelled",
-    "casts between float dtypes (and int -> float) preserve value (precision differences are not proof "
-    "obligations); other casts are modelled exactly",
+    "widening float casts and int -> float32/float64 casts preserve value; narrowing float casts "
+    "(to bf16/f16, f64 -> f32) and casts to int or bool are modelled exactly (their rounding is a term)",
     "random ops (dropout) draw the same randomness for corresponding elements",
     "uninitialized (empty) buffers carry no value",
     "class targets and token ids are valid indices (no ignore_index entries)",

@@ -82,20 +82,20 @@ def distinct_inputs(inputs: dict, seed: int) -> dict:
     """A probe of the data: every floating or integer tensor holds distinct values (integers:
     a permutation of ``0..n-1``, where the dtype holds n values), so a function that only
     selects pieces of its inputs (a case's ``dist_inputs``) shows which pieces it selects;
-    bool tensors, integer tensors too large for their dtype and non-tensors unchanged."""
+    bool tensors and integer tensors too small a dtype to hold n values are probed as int64
+    (a selection does not look at the dtype; the layout a probe shows is accepted only where
+    the real values fit it too); non-tensors unchanged."""
     generator = torch.Generator().manual_seed(seed)
     out = {}
     for name, value in inputs.items():
-        if not isinstance(value, torch.Tensor) or value.dtype == torch.bool or value.numel() == 0 \
-                or value.is_complex():
+        if not isinstance(value, torch.Tensor) or value.numel() == 0 or value.is_complex():
             out[name] = value
         elif value.is_floating_point():
             out[name] = distinct_values(value, generator)
-        elif value.numel() - 1 <= torch.iinfo(value.dtype).max:
-            perm = torch.randperm(value.numel(), generator=generator)
-            out[name] = perm.reshape(value.shape).to(dtype=value.dtype, device=value.device)
         else:
-            out[name] = value
+            perm = torch.randperm(value.numel(), generator=generator).reshape(value.shape).to(value.device)
+            fits = value.dtype != torch.bool and value.numel() - 1 <= torch.iinfo(value.dtype).max
+            out[name] = perm.to(value.dtype) if fits else perm
     return out
 
 

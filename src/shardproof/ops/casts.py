@@ -29,6 +29,16 @@ NUMPY_INT = {"i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "
 INT_RANGE = {k: (int(np.iinfo(v).min), int(np.iinfo(v).max)) for k, v in NUMPY_INT.items()}
 FLOATS = ("f16", "bf16", "f32", "f64")
 BOOL = "b8"
+# the float formats that hold every value of each float format (bf16 and f16 hold each other's neither)
+WIDER_FLOATS = {"f16": ("f16", "f32", "f64"), "bf16": ("bf16", "f32", "f64"), "f32": ("f32", "f64"), "f64": ("f64",)}
+
+
+def round_bf16(x) -> np.ndarray:
+    """float32 values rounded to bfloat16 (nearest, ties to even), as float64."""
+    a = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    bits = a.view(np.uint32)
+    rounded = ((bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(a), a, rounded).astype(np.float64)
 
 
 def _kind(dtype) -> str | None:
@@ -50,8 +60,8 @@ def preserves(src, dst) -> bool:
         return False
     if s == "b":
         return True
-    if d == "f":
-        return True  # float -> float, int -> float: the engine's rounding convention
+    if d == "f":  # a float holds every value of a narrower float; int -> f32/f64: the engine's convention
+        return dst in WIDER_FLOATS[src] if s == "f" else dst in ("f32", "f64")
     if s == "i" and d == "i":  # every value of src fits dst
         return INT_RANGE[dst][0] <= INT_RANGE[src][0] and INT_RANGE[src][1] <= INT_RANGE[dst][1]
     return False  # float -> int, anything -> bool (other than bool)
@@ -75,6 +85,11 @@ def convert(x, dtype):
     if dtype in NUMPY_INT:
         with np.errstate(invalid="ignore"):
             return x.astype(NUMPY_INT[dtype])
+    if dtype == "bf16":
+        return round_bf16(x)
+    if dtype == "f16":
+        with np.errstate(over="ignore"):
+            return as_float(x).astype(np.float16).astype(np.float64)
     return as_float(x)
 
 
@@ -173,8 +188,12 @@ def _bitwise(name: str, fn, bool_term: str, commutative: bool):
         return compute.elementwise(ctx.terms, term, template(args, kwargs), tensor_args(args), commutative=commutative)
     if commutative:
         COMMUTATIVE.add(name)
-    declare("aten." + name, numerics=lambda *a, **k: fn(*[_as_int(x) if isinstance(x, np.ndarray) else x for x in a]),
-            rule=rule, shape=elementwise_shape, doc=f"{name}: logical on bool, bitwise on integers")
+    def numerics(*a, out_dtype=None, **k):
+        if out_dtype == BOOL:  # bool operands may be held as 0/1 numbers: the logical op, as a bool
+            return fn(*[np.asarray(x).astype(bool) if isinstance(x, np.ndarray) else bool(x) for x in a])
+        return fn(*[_as_int(x) if isinstance(x, np.ndarray) else x for x in a])
+    declare("aten." + name, numerics=numerics, rule=rule, shape=elementwise_shape, node_kwargs=_out_dtype,
+            doc=f"{name}: logical on bool, bitwise on integers")
 
 
 _bitwise("bitwise_and", np.bitwise_and, "and", True)

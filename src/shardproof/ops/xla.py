@@ -19,6 +19,7 @@ from ..algebra.masks import make_fill
 from ..algebra.ranks import combine
 from ..algebra.terms import freeze
 from .aten import _fill, _fits, _pairing
+from .casts import convert, preserves
 from .collectives import _reduce_np
 from .common import as_float, template
 from .registry import RuleCtx, declare
@@ -27,31 +28,23 @@ X = "xla."
 
 # ------------------------------------------------------------------ values and views
 
-_FLOAT = ("f", "bf")
 
 
 def _convert_num(x, dtype):
-    x = np.asarray(x)
-    if dtype == "b8":
-        return x != 0
-    if dtype.startswith(("i", "u")):
-        return np.trunc(as_float(x)).astype(np.int64) if x.dtype.kind == "f" else x.astype(np.int64)
-    return as_float(x)
+    return convert(x, dtype)
 
 
 def _convert_rule(ctx: RuleCtx, x: Val, dtype):
-    """A cast keeps the value (an assumption every report states) unless it drops a
-    fraction (float -> int) or collapses to a predicate: then it is an elementwise op."""
-    src = getattr(ctx.node.args[0], "type", None)
-    src = getattr(src, "dtype", "f32")
-    to_int = dtype.startswith(("i", "u")) or dtype == "b8"
-    if not to_int or src == "b8" or (src.startswith(("i", "u")) and dtype != "b8"):
+    """As aten's casts (ops/casts.py): the identity where the target holds every value of the
+    source, else the elementwise term ``cast[dtype](x)``."""
+    src = getattr(getattr(ctx.node.args[0], "type", None), "dtype", None)
+    if src is not None and preserves(src, dtype):
         return x
-    return compute.elementwise(ctx.terms, "convert", (dtype,), [x])
+    return compute.elementwise(ctx.terms, "cast", (dtype,), [x])
 
 
 declare(X + "convert", numerics=_convert_num, rule=_convert_rule, shape=lambda x, dtype: x,
-        doc="element type conversion (value-preserving casts are the identity)")
+        doc="element type conversion (as aten casts: value-preserving ones are the identity)")
 
 
 def _broadcast_num(x, shape, dims):
