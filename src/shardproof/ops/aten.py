@@ -12,7 +12,7 @@ from ..algebra.masks import make_fill
 from ..algebra.ranks import LINEARITY
 from ..algebra.terms import COMMUTATIVE, freeze
 from .common import as_float, elementwise_op, erf, identity_op, template, tensor_args
-from .registry import RuleCtx, declare
+from .registry import REGISTRY, RuleCtx, declare
 
 T = "aten."
 
@@ -23,11 +23,24 @@ _UNARY = {
     "sqrt": np.sqrt, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0.0),
     "silu": lambda x: x / (1.0 + np.exp(-x)), "sin": np.sin, "cos": np.cos, "abs": np.abs,
     "reciprocal": lambda x: 1.0 / x, "erf": erf, "log1p": np.log1p, "expm1": np.expm1,
-    "logical_not": np.logical_not, "bitwise_not": np.logical_not, "square": np.square,
+    "logical_not": np.logical_not, "square": np.square,
     "isinf": np.isinf, "isnan": np.isnan, "sign": np.sign,
 }
 for _name, _fn in _UNARY.items():
     elementwise_op(T + _name, lambda x, *a, _fn=_fn, **k: _fn(as_float(x) if np.asarray(x).dtype != bool else x))
+
+
+def _bitwise(fn, logical):
+    """Bitwise ops: logical on booleans, two's complement bits on integers."""
+    def num(*xs):
+        arrays = [np.asarray(x) for x in xs]
+        if all(a.dtype == bool for a in arrays):
+            return logical(*arrays)
+        return fn(*[a.astype(np.int64) for a in arrays])
+    return num
+
+
+elementwise_op(T + "bitwise_not", _bitwise(np.invert, np.logical_not))
 
 
 def _triangle(kind: str, numerics):
@@ -62,12 +75,28 @@ _BINARY = {
     "eq": (np.equal, True), "ne": (np.not_equal, True), "lt": (np.less, False), "le": (np.less_equal, False),
     "gt": (np.greater, False), "ge": (np.greater_equal, False),
     "logical_and": (np.logical_and, True), "logical_or": (np.logical_or, True),
-    "bitwise_and": (np.logical_and, True), "bitwise_or": (np.logical_or, True),
+    "bitwise_and": (_bitwise(np.bitwise_and, np.logical_and), True),
+    "bitwise_or": (_bitwise(np.bitwise_or, np.logical_or), True),
     "remainder": (np.remainder, False), "floor_divide": (np.floor_divide, False),
 }
-_BOOL_TERMS = {"logical_and": "and", "bitwise_and": "and", "logical_or": "or", "bitwise_or": "or"}
+_BOOL_TERMS = {"logical_and": "and", "logical_or": "or"}
 for _name, (_fn, _comm) in _BINARY.items():
     elementwise_op(T + _name, _fn, commutative=_comm, term=_BOOL_TERMS.get(_name))
+
+
+def _bitwise_rule(term: str):
+    """On booleans bitwise and/or are the logical ones (one term); on integers they act on
+    bits, a different function (bitwise_and(2, 1) = 0, logical_and(2, 1) = True)."""
+    def rule(ctx: RuleCtx, *args, **kwargs):
+        booleans = getattr(ctx.node.type, "dtype", None) == "b8"
+        return compute.elementwise(ctx.terms, term if booleans else "bitwise_" + term, template(args, kwargs),
+                                   tensor_args(args), commutative=True)
+    return rule
+
+
+COMMUTATIVE.update({"bitwise_and", "bitwise_or"})
+for _name, _term in (("bitwise_and", "and"), ("bitwise_or", "or")):
+    REGISTRY[T + _name].rule = _bitwise_rule(_term)
 
 LINEARITY.update({"sub": "all", "scale": "all"})
 
@@ -717,7 +746,7 @@ def _nll_num(logp, target, weight=None, reduction=1, ignore_index=-100):
     picked = -np.take_along_axis(logp, np.where(valid, t, 0)[..., None], axis=-1)[..., 0] * valid
     total = float(valid.sum())
     out = {0: picked, 1: picked.sum() / total, 2: picked.sum()}[reduction]
-    return out, np.asarray(total)
+    return out, np.asarray(total if reduction else 0.0)
 
 
 def _take_along(ctx: RuleCtx, x: Val, idx: Val, dim: int) -> Val:
@@ -745,7 +774,7 @@ def _nll_rule(ctx: RuleCtx, logp: Val, target: Val, weight=None, reduction=1, ig
     else:
         total = compute.reduction(ctx.terms, "sum", (), picked, list(range(len(picked.vecs))), False, combinable=True)
         loss = _scaled(ctx, total, Fraction(-1, n) if reduction == 1 else -1)
-    return loss, _fill(ctx, float(n), ())
+    return loss, _fill(ctx, float(n) if reduction else 0.0, ())  # torch's total_weight is 0 without reduction
 
 
 declare(T + "nll_loss_forward", numerics=_nll_num, rule=_nll_rule, doc="negative log-likelihood (targets valid)")

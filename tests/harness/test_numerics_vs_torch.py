@@ -1,0 +1,33 @@
+"""The declared numpy numerics of every aten op agree with torch's own kernel."""
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from . import draws
+from .core import check_numerics
+from .ops import ENTRIES, XFAIL_NUMERICS, declared
+
+SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+
+
+def test_every_op_has_an_entry():
+    missing = [op for op in declared() if op not in ENTRIES]
+    assert not missing, f"ops declared without a harness entry (add one in tests/harness/table*.py): {missing}"
+
+
+def _params(xfails):
+    return [pytest.param(op, marks=pytest.mark.xfail(strict=True, reason=xfails[op])) if op in xfails else op
+            for op in declared() if op in ENTRIES]
+
+
+@pytest.mark.parametrize("op", _params(XFAIL_NUMERICS))
+def test_numerics_match_torch(op):
+    fn, name = ENTRIES[op]
+
+    @SETTINGS
+    @given(st.data())
+    def run(data):
+        draws.MODE["rule"] = False
+        check_numerics(fn(data.draw, name))
+    run()
