@@ -52,6 +52,7 @@ class Draw:
     partial: tuple = ()            # names that may be Partial("sum") (the op is linear in them)
     torch_fn: Optional[Callable] = None  # kernel override (a CUDA-only kernel: its CPU twin)
     values: bool = True            # False: compare shapes only (uninitialized memory)
+    empty_ok: bool = True          # False: the CPU kernel dies (SIGFPE) on a zero-size tensor: skip such ranks
 
     def build(self, shapes: dict):
         if callable(self.args):
@@ -283,6 +284,8 @@ def check_rule(d: Draw, layouts: dict, world: int, seed: int = 0) -> str:
     for r, (tens, vals) in enumerate(ranks):
         for k, v in vals.items():
             claims.add(v, to_np(tens[k]), f"rank {r} input {k}")
+        if not d.empty_ok and any(t.numel() == 0 for t in tens.values()):
+            raise Unknown(f"rank {r} holds an empty tensor, on which this CPU kernel dies (SIGFPE)")
         try:
             largs, lkwargs = d.build({k: tuple(v.shape) for k, v in tens.items()})
             out = run_torch(d, tens, largs, lkwargs)

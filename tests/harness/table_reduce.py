@@ -57,8 +57,8 @@ def softmax(draw, op):
     x = tensor(draw, dts=(F64, F32))
     dim = draw(st.integers(-x.dim(), x.dim() - 1))
     if op.endswith("._softmax") or op.endswith("._log_softmax"):
-        return Draw(op, {"x": x}, (T("x"), dim, False))
-    return Draw(op, {"x": x}, (T("x"), dim))
+        return Draw(op, {"x": x}, (T("x"), dim, False), empty_ok=False)
+    return Draw(op, {"x": x}, (T("x"), dim), empty_ok=False)
 
 
 @entry(A + "_softmax_backward_data", A + "_log_softmax_backward_data")
@@ -68,7 +68,7 @@ def softmax_backward(draw, op):
     y = torch.softmax(tensor(draw, g.shape, dts=(g.dtype,)), dim)
     if "log" in op:
         y = y.log()
-    return Draw(op, {"g": g, "y": y}, (T("g"), T("y"), dim, g.dtype))
+    return Draw(op, {"g": g, "y": y}, (T("g"), T("y"), dim, g.dtype), empty_ok=False)
 
 
 def _norm_inputs(draw, bias=True):
@@ -94,7 +94,7 @@ def layer_norm(draw, op):
     wt, bt = _with(inputs, "w", w), _with(inputs, "b", b)
     nd = x.dim()
     return Draw(op, inputs, lambda s: ((T("x"), list(s["x"][nd - k:]), wt, bt, 1e-5), {}),
-                shard={"x": list(range(nd - k)), "w": [], "b": []})
+                shard={"x": list(range(nd - k)), "w": [], "b": []}, empty_ok=False)
 
 
 @entry(A + "_fused_rms_norm", A + "rms_norm")
@@ -106,7 +106,7 @@ def rms_norm(draw, op):
     # eps=None is the input dtype's epsilon; the float64 numerics take float32's (a reference-only gap)
     eps = draw(st.sampled_from([1e-6, None])) if op.endswith(".rms_norm") and x.dtype == F32 else 1e-6
     return Draw(op, inputs, lambda s: ((T("x"), list(s["x"][nd - k:]), wt, eps), {}),
-                shard={"x": list(range(nd - k)), "w": []})
+                shard={"x": list(range(nd - k)), "w": []}, empty_ok=False)
 
 
 @entry(A + "native_layer_norm_backward")
@@ -121,7 +121,7 @@ def layer_norm_backward(draw, op):
     mask = [True, wt is not None, bt is not None]
     rows = list(range(nd - k))
     return Draw(op, inputs, lambda s: ((T("g"), T("x"), list(s["x"][nd - k:]), T("mean"), T("rstd"), wt, bt, mask), {}),
-                shard={"g": rows, "x": rows, "mean": rows, "rstd": rows, "w": [], "b": []})
+                shard={"g": rows, "x": rows, "mean": rows, "rstd": rows, "w": [], "b": []}, empty_ok=False)
 
 
 # ---------------------------------------------------------------- contractions

@@ -328,10 +328,25 @@ def _qkv(draw):
 SDPA_SHARD = {"q": [0, 1, 2], "k": [0, 1, 2], "v": [0, 1, 2]}
 
 
+def _guarded(kernel):
+    """The CPU flash kernels die of SIGFPE on mismatched batch/head counts or empty tensors
+    (a rank's local program that torch would reject anyway): refuse those shapes first."""
+    def run(*args, **kwargs):
+        g, q, k, v = (args[0],) + args[1:4] if "backward" in str(kernel) else (None,) + args[:3]
+        ts = [t for t in (g, q, k, v) if t is not None]
+        if any(t.numel() == 0 for t in ts) or q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3]:
+            raise ValueError("q, k, v do not fit together on this rank")
+        if g is not None and (g.shape != q.shape or any(t.shape[:3] != q.shape[:3] for t in args[4:6])):
+            raise ValueError("gradients do not fit on this rank")
+        return kernel(*args, **kwargs)
+    return run
+
+
 @entry(A + "scaled_dot_product_attention")
 def sdpa(draw, op):
     q, k, v, causal = _qkv(draw)
-    return Draw(op, {"q": q, "k": k, "v": v}, (T("q"), T("k"), T("v")), {"is_causal": causal}, shard=SDPA_SHARD)
+    return Draw(op, {"q": q, "k": k, "v": v}, (T("q"), T("k"), T("v")), {"is_causal": causal}, shard=SDPA_SHARD, empty_ok=False,
+                torch_fn=_guarded(torch.ops.aten.scaled_dot_product_attention))
 
 
 @entry(A + "_scaled_dot_product_flash_attention_for_cpu", A + "_scaled_dot_product_efficient_attention",
@@ -340,8 +355,8 @@ def sdpa_cpu(draw, op):
     """The efficient / flash kernels are CUDA-only; they share one declaration (signature
     (q, k, v, dropout_p, is_causal, ...)) with the CPU flash kernel, which is the one run."""
     q, k, v, causal = _qkv(draw)
-    return Draw(op, {"q": q, "k": k, "v": v}, (T("q"), T("k"), T("v"), 0.0, causal), shard=SDPA_SHARD,
-                torch_fn=torch.ops.aten._scaled_dot_product_flash_attention_for_cpu)
+    return Draw(op, {"q": q, "k": k, "v": v}, (T("q"), T("k"), T("v"), 0.0, causal), shard=SDPA_SHARD, empty_ok=False,
+                torch_fn=_guarded(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu))
 
 
 @entry(A + "_scaled_dot_product_flash_attention_for_cpu_backward")
@@ -351,4 +366,5 @@ def sdpa_backward(draw, op):
     g = tensor(draw, out.shape, dts=(q.dtype,), views=False)
     shard = dict(SDPA_SHARD, g=[0, 1, 2], out=[0, 1, 2], lse=[0, 1, 2])
     return Draw(op, {"g": g, "q": q, "k": k, "v": v, "out": out, "lse": lse},
-                (T("g"), T("q"), T("k"), T("v"), T("out"), T("lse"), 0.0, causal), shard=shard)
+                (T("g"), T("q"), T("k"), T("v"), T("out"), T("lse"), 0.0, causal), shard=shard, empty_ok=False,
+                torch_fn=_guarded(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward))
