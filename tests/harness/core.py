@@ -92,6 +92,17 @@ def run_torch(d: Draw, tensors: dict, args, kwargs):
     return fn(*targs, **tkwargs)
 
 
+def same_shapes(kernel):
+    """A kernel that does not check its operands' shapes (it reads them as if equal): refuse
+    a rank's program whose operands differ, as torch's checked twins would."""
+    def run(*args, **kwargs):
+        shapes = {tuple(a.shape) for a in args if isinstance(a, torch.Tensor)}
+        if len(shapes) > 1:
+            raise ValueError(f"operand shapes differ: {sorted(shapes)}")
+        return kernel(*args, **kwargs)
+    return run
+
+
 def to_np(t: torch.Tensor) -> np.ndarray:
     t = t.detach()
     if t.is_floating_point():
@@ -231,6 +242,23 @@ def local_inputs(d: Draw, layouts: dict, world: int, terms: TermStore, seed: int
     return seq_vals, ranks
 
 
+# known defects owned by another branch, kept out of the general draws (pinned by strict
+# xfail tests of their own); a test sets a key True to draw them
+MODE_KNOWN = {"zero_one_broadcast": False}
+
+
+def _zero_one_broadcast(tens: dict) -> bool:
+    """Whether operands meet with extents 0 and 1 on one (right-aligned) dim: numpy gives 0,
+    ``algebra/compute._aligned`` takes the max (1)."""
+    shapes = [tuple(t.shape) for t in tens.values()]
+    nd = max((len(s) for s in shapes), default=0)
+    for k in range(1, nd + 1):
+        sizes = {s[-k] for s in shapes if len(s) >= k}
+        if {0, 1} <= sizes:
+            return True
+    return False
+
+
 class Unknown(Exception):
     """The rule made no claim here (it raised, or the local program is not valid torch)."""
 
@@ -253,7 +281,8 @@ def _pairs(vals, outs) -> list:
     """(Val, torch tensor) pairs of an op's outputs (tuples and lists flattened)."""
     if isinstance(vals, Val):
         return [(vals, outs)] if isinstance(outs, torch.Tensor) else []
-    if isinstance(vals, (list, tuple)) and isinstance(outs, (list, tuple)) and len(vals) == len(outs):
+    if isinstance(vals, (list, tuple)) and isinstance(outs, (list, tuple)):
+        assert len(vals) == len(outs), f"the rule gives {len(vals)} outputs, torch {len(outs)}"
         return [p for v, o in zip(vals, outs) for p in _pairs(v, o)]
     if vals is None or outs is None:
         return []
@@ -284,6 +313,8 @@ def check_rule(d: Draw, layouts: dict, world: int, seed: int = 0) -> str:
     for r, (tens, vals) in enumerate(ranks):
         for k, v in vals.items():
             claims.add(v, to_np(tens[k]), f"rank {r} input {k}")
+        if not MODE_KNOWN["zero_one_broadcast"] and _zero_one_broadcast(tens):
+            raise Unknown("an extent 0 broadcast against an extent 1: compute.py alignment (casts branch)")
         if not d.empty_ok and any(t.numel() == 0 for t in tens.values()):
             raise Unknown(f"rank {r} holds an empty tensor, on which this CPU kernel dies (SIGFPE)")
         try:

@@ -20,5 +20,6 @@ def declared() -> list[str]:
 
 # op -> reason: failures the harness finds that belong to another branch (strict xfails:
 # when they are fixed, the xfail fails and must be removed)
-XFAIL_NUMERICS: dict[str, str] = {}
-XFAIL_RULES: dict[str, str] = {}
+CASTS = "casts branch: value-changing casts are treated as the identity (issue 14, class 1)"
+XFAIL_NUMERICS: dict[str, str] = {"aten._to_copy": CASTS, "aten.to": CASTS, "aten.type_as": CASTS}
+XFAIL_RULES: dict[str, str] = {"aten._to_copy": CASTS, "aten.to": CASTS, "aten.type_as": CASTS}

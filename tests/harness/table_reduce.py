@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from .core import Draw, T
+from .core import Draw, T, aten, same_shapes
 from .draws import F32, F64, FLOATS, I64, NUMERIC, tensor
 from .table import A, entry
 
@@ -68,7 +68,7 @@ def softmax_backward(draw, op):
     y = torch.softmax(tensor(draw, g.shape, dts=(g.dtype,)), dim)
     if "log" in op:
         y = y.log()
-    return Draw(op, {"g": g, "y": y}, (T("g"), T("y"), dim, g.dtype), empty_ok=False)
+    return Draw(op, {"g": g, "y": y}, (T("g"), T("y"), dim, g.dtype), empty_ok=False, torch_fn=same_shapes(aten(op)))
 
 
 def _norm_inputs(draw, bias=True):
@@ -121,7 +121,19 @@ def layer_norm_backward(draw, op):
     mask = [True, wt is not None, bt is not None]
     rows = list(range(nd - k))
     return Draw(op, inputs, lambda s: ((T("g"), T("x"), list(s["x"][nd - k:]), T("mean"), T("rstd"), wt, bt, mask), {}),
-                shard={"g": rows, "x": rows, "mean": rows, "rstd": rows, "w": [], "b": []}, empty_ok=False)
+                shard={"g": rows, "x": rows, "mean": rows, "rstd": rows, "w": [], "b": []}, empty_ok=False,
+                torch_fn=_rows_agree(aten(op)))
+
+
+def _rows_agree(kernel):
+    """The CPU kernel reads g, x, mean and rstd as if their rows agreed: refuse a rank's
+    program where they do not (torch's checked entry points would)."""
+    def run(g, x, shape, mean, rstd, *rest):
+        lead = x.dim() - len(shape)
+        if g.shape != x.shape or mean.shape[:lead] != x.shape[:lead] or rstd.shape[:lead] != x.shape[:lead]:
+            raise ValueError("rows differ")
+        return kernel(g, x, shape, mean, rstd, *rest)
+    return run
 
 
 # ---------------------------------------------------------------- contractions

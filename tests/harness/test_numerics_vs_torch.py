@@ -1,6 +1,6 @@
 """The declared numpy numerics of every aten op agree with torch's own kernel."""
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from . import draws
@@ -8,7 +8,7 @@ from .core import check_numerics
 from .ops import ENTRIES, XFAIL_NUMERICS, declared
 
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))
+                    suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 
 def test_every_op_has_an_entry():

@@ -385,7 +385,7 @@ def _split_points(size, sizes):
 
 
 def _even_sizes(size, split_size):
-    return [split_size] * (-(-size // split_size)) if size else []
+    return [split_size] * (-(-size // split_size)) if size else [0]  # torch: one empty piece
 
 
 def _split_rule(ctx: RuleCtx, x: Val, sizes, dim=0):
@@ -404,6 +404,8 @@ declare(T + "split", numerics=lambda x, s, dim=0: _split_num(x, _even_sizes(np.s
 
 
 def _chunk_sizes(size, chunks):
+    if size == 0:  # torch.chunk of an empty dim gives `chunks` empty pieces
+        return [0] * chunks
     return _even_sizes(size, -(-size // chunks))
 
 
@@ -677,8 +679,8 @@ def _index_rule(ctx: RuleCtx, x: Val, indices):
             and _is_row_range(ctx.terms, indices[0], shape_of(ctx.terms, x)[0])
             and shape_of(ctx.terms, indices[1]) == (shape_of(ctx.terms, x)[0],)):
         return _take_along(ctx, x, indices[1], 1)  # x[arange(n), idx]
-    if len(indices) == 1 and isinstance(indices[0], Val) and _is_integer(ctx, 1):
-        return _embedding_rule(ctx, x, indices[0])  # table[ids] is a lookup of rows
+    if len(indices) == 1 and isinstance(indices[0], Val) and _is_integer(ctx, 1) and len(x.vecs) == 2:
+        return _embedding_rule(ctx, x, indices[0])  # table[ids] is a lookup of rows (of a 2-D table)
     vals = [i for i in indices if isinstance(i, Val)]
     x = layout.materialize(ctx.terms, x)
     vals = [layout.materialize(ctx.terms, v) for v in vals]
