@@ -66,3 +66,26 @@ def test_known_zero_against_one_broadcast():
     b = a + 1
     lays = {"a": Slices(0, {0: (0, 1), 1: (1, 2)}), "b": Slices(0, {0: (0, 0), 1: (2, 2)})}
     _check_known(Draw("aten.mul", {"a": a, "b": b}, (T("a"), T("b"))), lays, 2)  # (1, 3) * (0, 3)
+
+
+def test_the_harness_catches_a_wrong_rule(monkeypatch):
+    """A rule that claims too much (neg as the identity) fails the claim check."""
+    from shardproof.ops.registry import REGISTRY
+    monkeypatch.setattr(REGISTRY["aten.neg"], "rule", lambda ctx, x: x)
+    x = torch.arange(1.0, 7.0, dtype=torch.float64).reshape(2, 3)
+    with pytest.raises(AssertionError, match="claims term"):
+        check_rule(Draw("aten.neg", {"x": x}, (T("x"),)), {"x": Shard(0)}, 2)
+
+
+def test_the_harness_catches_a_wrong_partial_completion(monkeypatch):
+    """A reduction claimed whole on a rank that holds part of the reduced dim fails."""
+    from shardproof.algebra.layout import full
+    from shardproof.ops.registry import REGISTRY
+    real = REGISTRY["aten.sum"].rule
+
+    def whole(ctx, x, *a, **k):  # forget the selection: claim the full sum on every rank
+        return real(ctx, full(ctx.terms, x.t), *a, **k)
+    monkeypatch.setattr(REGISTRY["aten.sum"], "rule", whole)
+    x = torch.arange(1.0, 7.0, dtype=torch.float64).reshape(2, 3)
+    with pytest.raises(AssertionError):
+        check_rule(Draw("aten.sum", {"x": x}, (T("x"), [0])), {"x": Shard(0)}, 2)
