@@ -215,7 +215,7 @@ def creation(draw, op):
 def like(draw, op):
     x = tensor(draw, dts=NUMERIC)
     if op.endswith("full_like"):
-        return Draw(op, {"x": x}, (T("x"), draw(st.sampled_from([0, 2, -1]))))
+        return Draw(op, {"x": x}, (T("x"), draw(st.sampled_from([0, 2, -1, 1.5, -2.5]))))
     return Draw(op, {"x": x}, (T("x"),))
 
 

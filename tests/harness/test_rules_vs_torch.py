@@ -89,3 +89,16 @@ def test_the_harness_catches_a_wrong_partial_completion(monkeypatch):
     x = torch.arange(1.0, 7.0, dtype=torch.float64).reshape(2, 3)
     with pytest.raises(AssertionError):
         check_rule(Draw("aten.sum", {"x": x}, (T("x"), [0])), {"x": Shard(0)}, 2)
+
+
+def test_a_fill_holds_its_value_in_its_dtype():
+    """torch.full((2,), 1.5, dtype=int64) holds 1: it must not be the float fill's term."""
+    d_int = Draw("aten.full", {}, ([2], 1.5), {"dtype": torch.int64})
+    d_float = Draw("aten.full", {}, ([2], 1.5), {"dtype": torch.float64})
+    from shardproof.algebra.terms import TermStore
+    from .core import apply_rule, run_torch
+    terms = TermStore()
+    vals = [apply_rule(d, terms, {}, {}, d.args, d.kwargs, run_torch(d, {}, d.args, d.kwargs), 0, 1)
+            for d in (d_int, d_float)]
+    assert vals[0].t != vals[1].t
+    assert check_rule(d_int, {}, 2) == "checked"

@@ -1000,13 +1000,30 @@ def _fill(ctx: RuleCtx, value, shape) -> Val:
     return layout.expand(ctx.terms, layout.full(ctx.terms, unit), shape)
 
 
+def _in_dtype(value, dtype):
+    """The value a fill of `value` holds in `dtype` (a short name such as "i64"): integer
+    dtypes truncate (``torch.full((2,), 1.5, dtype=torch.int64)`` holds 1), bool tests != 0."""
+    dtype = str(dtype or "")
+    if dtype.startswith(("i", "u")) and isinstance(value, (int, float)) and np.isfinite(value):
+        return int(value)
+    if dtype in ("b8", "bool") and isinstance(value, (int, float)):
+        return bool(value)
+    return value
+
+
 def _creation(value_of):
     def rule(ctx: RuleCtx, *args, **kwargs):
-        return _fill(ctx, value_of(args, kwargs), ctx.out_shapes()[0])
+        dtype = getattr(ctx.node.type, "dtype", None) if ctx.node is not None else None
+        return _fill(ctx, _in_dtype(value_of(args, kwargs), dtype), ctx.out_shapes()[0])
     return rule
 
 
-declare((T + "full",), numerics=lambda size, v, **k: np.full(size, v, dtype=np.float64),
+def _np_dtype_name(x) -> str:
+    kind = np.asarray(x).dtype.kind
+    return {"i": "i64", "u": "u8", "b": "b8"}.get(kind, "f64")
+
+
+declare((T + "full",), numerics=lambda size, v, **k: np.full(size, _in_dtype(v, k.get("dtype")), dtype=np.float64),
         rule=_creation(lambda a, k: a[1]), doc="constant fill")
 declare((T + "zeros",), numerics=lambda size, **k: np.zeros(size), rule=_creation(lambda a, k: 0), doc="zeros")
 declare((T + "ones",), numerics=lambda size, **k: np.ones(size), rule=_creation(lambda a, k: 1), doc="ones")
@@ -1014,7 +1031,8 @@ declare((T + "zeros_like", T + "new_zeros"), numerics=lambda x, *a, **k: np.zero
         rule=_creation(lambda a, k: 0), doc="zeros")
 declare((T + "ones_like", T + "new_ones"), numerics=lambda x, *a, **k: np.ones(np.shape(x) if not a or not isinstance(a[0], (list, tuple)) else a[0]),
         rule=_creation(lambda a, k: 1), doc="ones")
-declare((T + "full_like",), numerics=lambda x, v, **k: np.full(np.shape(x), v, dtype=np.float64),
+declare((T + "full_like",), numerics=lambda x, v, **k: np.full(np.shape(x), _in_dtype(v, k.get("dtype") or _np_dtype_name(x)),
+                                                            dtype=np.float64),
         rule=_creation(lambda a, k: a[1]), doc="constant fill")
 declare(T + "scalar_tensor", numerics=lambda v, **k: np.asarray(v, dtype=np.float64),
         rule=_creation(lambda a, k: a[0]), doc="0-d constant")
