@@ -34,6 +34,13 @@ from shardproof.relations.spec import Partial, RelationError
 load_builtin()
 
 
+def examples(default: int) -> int:
+    """Hypothesis examples per op: `default`, or SHARDPROOF_HARNESS_EXAMPLES for deeper runs
+    (``make harness``)."""
+    import os
+    return int(os.environ.get("SHARDPROOF_HARNESS_EXAMPLES", default))
+
+
 @dataclass(frozen=True)
 class T:
     """Placeholder for input tensor `name` in an op's arguments."""

@@ -11,10 +11,10 @@ from shardproof.algebra.terms import TermStore
 from shardproof.ops.registry import REGISTRY, RuleCtx
 
 from . import draws
-from .core import Claims, Draw, close, local_inputs, magnitude, to_np, tolerance
+from .core import Claims, Draw, close, examples, local_inputs, magnitude, to_np, tolerance
 from .ops import COLLECTIVES
 
-SETTINGS = settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+SETTINGS = settings(max_examples=examples(20), deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
                     phases=[Phase.explicit, Phase.reuse, Phase.generate])
 C = COLLECTIVES
 REDUCE = {"sum": lambda s: s.sum(0), "avg": lambda s: s.mean(0), "max": lambda s: s.amax(0),

@@ -4,10 +4,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from . import draws
-from .core import check_numerics
+from .core import check_numerics, examples
 from .ops import ENTRIES, XFAIL_NUMERICS, declared
 
-SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=examples(12), deadline=None, derandomize=True,
                     suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 

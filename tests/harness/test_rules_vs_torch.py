@@ -8,10 +8,10 @@ import torch
 
 from shardproof.relations.spec import Shard, Slices
 
-from .core import MODE_KNOWN, Draw, T, Unknown, check_rule
+from .core import MODE_KNOWN, Draw, T, Unknown, check_rule, examples
 from .ops import ENTRIES, XFAIL_RULES, declared
 
-SETTINGS = settings(max_examples=15, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=examples(15), deadline=None, derandomize=True,
                     suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 

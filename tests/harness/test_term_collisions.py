@@ -10,10 +10,10 @@ from shardproof.algebra.layout import full
 from shardproof.algebra.terms import TermStore
 
 from . import draws
-from .core import Claims, Draw, T, _pairs, apply_rule, run_torch, to_np
+from .core import Claims, Draw, T, _pairs, apply_rule, examples, run_torch, to_np
 from .table import BINARY, UNARY
 
-SETTINGS = settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+SETTINGS = settings(max_examples=examples(15), deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
                     phases=[Phase.explicit, Phase.reuse, Phase.generate])
 A = "aten."
 
