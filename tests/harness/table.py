@@ -11,7 +11,7 @@ import torch
 from hypothesis import strategies as st
 
 from .core import Draw, T
-from .draws import BF16, BOOL, F32, F64, FLOATS, I64, NUMERIC, shape, tensor
+from .draws import BF16, BOOL, F32, F64, FLOATS, I64, NUMERIC, tensor
 
 ENTRIES: dict = {}
 A = "aten."

@@ -156,7 +156,6 @@ def repeat(draw, op):
 @entry(A + "as_strided")
 def as_strided(draw, op):
     x = tensor(draw, dts=(F64,), views=False, min_dims=2, max_dims=2)
-    n = x.numel()
     return Draw(op, {"x": x}, lambda s: ((T("x"), [max(1, s["x"][0] - 1), 2], [s["x"][1], 1], 0)
                                           if s["x"][1] >= 2 else (T("x"), [1], [1], 0), {}))
 

@@ -1,7 +1,6 @@
 """Collective rules and numerics against the c10d semantics, computed with torch over the
 members' local tensors (a process group cannot run inside one test process; the semantics
 are the documented ones: reduce elementwise, gather/scatter along dim 0 in group order)."""
-import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
