@@ -102,3 +102,14 @@ def test_a_fill_holds_its_value_in_its_dtype():
             for d in (d_int, d_float)]
     assert vals[0].t != vals[1].t
     assert check_rule(d_int, {}, 2) == "checked"
+
+
+def test_layer_norm_backward_with_every_dim_normalized():
+    """No row dims: grad_weight is g * xhat itself (aten.sum's empty dim list would sum all)."""
+    from shardproof.relations.spec import Replicate
+    x = torch.arange(8.0, dtype=torch.float64).reshape(2, 4) ** 1.5
+    w, b, g = x + 1, x - 1, x.flip(0)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [2, 4], w, b, 1e-5)
+    d = Draw("aten.native_layer_norm_backward", {"g": g, "x": x, "mean": mean, "rstd": rstd, "w": w, "b": b},
+             (T("g"), T("x"), [2, 4], T("mean"), T("rstd"), T("w"), T("b"), [True, True, True]))
+    assert check_rule(d, {k: Replicate() for k in d.inputs}, 2) == "checked"

@@ -1159,10 +1159,16 @@ def layer_norm_backward_rule(ctx: RuleCtx, g: Val, x: Val, mean: Val, rstd: Val,
     if isinstance(w, Val):
         centered = compute.elementwise(terms, "sub", template((x, mean), {}), [x, mean])
         xhat = _mul_rule(ctx, centered, rstd)
-        gw = _sum_rule(ctx, _mul_rule(ctx, g, xhat), lead)
+        gw = _sum_rows(ctx, _mul_rule(ctx, g, xhat), lead)
     if isinstance(b, Val):
-        gb = _sum_rule(ctx, g, lead)
+        gb = _sum_rows(ctx, g, lead)
     return gi, gw, gb
+
+
+def _sum_rows(ctx: RuleCtx, v: Val, lead: list) -> Val:
+    """The sum over the leading (row) dims; no rows (every dim normalized) is no sum, not
+    aten.sum's empty dim list, which means every dim."""
+    return _sum_rule(ctx, v, lead) if lead else v
 
 
 def _native_ln_backward_num(g, x, shape, mean, rstd, w, b, mask=(True, True, True)):
