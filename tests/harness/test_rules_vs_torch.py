@@ -113,3 +113,14 @@ def test_layer_norm_backward_with_every_dim_normalized():
     d = Draw("aten.native_layer_norm_backward", {"g": g, "x": x, "mean": mean, "rstd": rstd, "w": w, "b": b},
              (T("g"), T("x"), [2, 4], T("mean"), T("rstd"), T("w"), T("b"), [True, True, True]))
     assert check_rule(d, {k: Replicate() for k in d.inputs}, 2) == "checked"
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((T("a"), 0.5), {}),                            # a - c is affine: Σ_r (a_r - c) = a - N·c
+    ((T("a"), 2.0), {"rounding_mode": "trunc"}),    # a rounded division is not linear
+])
+def test_partial_sums_do_not_pass_through_affine_terms(args, kwargs):
+    from shardproof.relations.spec import Partial
+    op = "aten.sub" if "rounding_mode" not in kwargs else "aten.div"
+    a = torch.arange(1.0, 7.0, dtype=torch.float64).reshape(2, 3) * 1.25
+    assert check_rule(Draw(op, {"a": a}, args, kwargs), {"a": Partial("sum")}, 3) == "unknown"
