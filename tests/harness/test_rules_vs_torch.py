@@ -16,7 +16,7 @@ SETTINGS = settings(max_examples=examples(15), deadline=None, derandomize=True,
 
 
 def _params(xfails):
-    return [pytest.param(op, marks=pytest.mark.xfail(strict=True, reason=xfails[op])) if op in xfails else op
+    return [pytest.param(op, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=xfails[op])) if op in xfails else op
             for op in declared() if op in ENTRIES]
 
 
