@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench mutants setup browser clean
+.PHONY: demo test test-fast harness bench mutants setup browser clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,10 @@ test: $(STAMP) browser
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'not slow'
+
+# the property harness (every op's numerics and rule against torch's kernels), deeper than in `make test`
+harness: $(STAMP)
+	SHARDPROOF_HARNESS_EXAMPLES=100 $(BIN)/python -m pytest -q tests/harness
 
 bench: $(STAMP)
 	$(BIN)/python bench/zoo.py

@@ -100,6 +100,18 @@ def _sum_of_multiples(terms: TermStore, ts: list[int]) -> int | None:
     return scale(terms, parts[0][0], sum(Fraction(c) for _, c in parts))
 
 
+def _linear_form(term) -> bool:
+    """Whether a term of a LINEARITY op is linear as built: elementwise sub/div terms carry
+    their constant operands and keywords in a template (attrs); ``x - c`` is affine
+    (Σ_r (x_r - c) = x - N·c), ``c / x`` and a rounded division are not linear at all."""
+    if term.op not in ("sub", "div") or not term.attrs or not isinstance(term.attrs[-1], tuple):
+        return True
+    pos, kw = term.attrs[:-1], dict(term.attrs[-1])
+    if kw.get("rounding_mode") is not None:
+        return False
+    return all(p == "$" for p in pos) if term.op == "sub" else bool(pos) and pos[0] == "$"
+
+
 def sum_terms(terms: TermStore, ts: list[int]) -> int:
     n = len(ts)
     if all(t == ts[0] for t in ts):
@@ -119,7 +131,7 @@ def sum_terms(terms: TermStore, ts: list[int]) -> int:
                      and len(terms[t].children) == len(first.children) for t in ts)
     if same_shape and first.op == "scale":
         return scale(terms, sum_terms(terms, [terms[t].children[0] for t in ts]), first.attrs[0])
-    kind = LINEARITY.get(first.op)
+    kind = LINEARITY.get(first.op) if _linear_form(first) else None
     if same_shape and kind == "all":
         kids = tuple(sum_terms(terms, [terms[t].children[i] for t in ts]) for i in range(len(first.children)))
         if first.op in ("reshape", "permute"):  # views of the sum, collapsed as views are

@@ -306,7 +306,7 @@ def _split_points(size, sizes):
 
 
 def _even_sizes(size, split_size):
-    return [split_size] * (-(-size // split_size)) if size else []
+    return [split_size] * (-(-size // split_size)) if size else [0]  # torch: one empty piece
 
 
 def _split_rule(ctx: RuleCtx, x: Val, sizes, dim=0):
@@ -325,6 +325,8 @@ declare(T + "split", numerics=lambda x, s, dim=0: _split_num(x, _even_sizes(np.s
 
 
 def _chunk_sizes(size, chunks):
+    if size == 0:  # torch.chunk of an empty dim gives `chunks` empty pieces
+        return [0] * chunks
     return _even_sizes(size, -(-size // chunks))
 
 
@@ -598,8 +600,8 @@ def _index_rule(ctx: RuleCtx, x: Val, indices):
             and _is_row_range(ctx.terms, indices[0], shape_of(ctx.terms, x)[0])
             and shape_of(ctx.terms, indices[1]) == (shape_of(ctx.terms, x)[0],)):
         return _take_along(ctx, x, indices[1], 1)  # x[arange(n), idx]
-    if len(indices) == 1 and isinstance(indices[0], Val) and _is_integer(ctx, 1):
-        return _embedding_rule(ctx, x, indices[0])  # table[ids] is a lookup of rows
+    if len(indices) == 1 and isinstance(indices[0], Val) and _is_integer(ctx, 1) and len(x.vecs) == 2:
+        return _embedding_rule(ctx, x, indices[0])  # table[ids] is a lookup of rows (of a 2-D table)
     vals = [i for i in indices if isinstance(i, Val)]
     x = layout.materialize(ctx.terms, x)
     vals = [layout.materialize(ctx.terms, v) for v in vals]
@@ -667,7 +669,7 @@ def _nll_num(logp, target, weight=None, reduction=1, ignore_index=-100):
     picked = -np.take_along_axis(logp, np.where(valid, t, 0)[..., None], axis=-1)[..., 0] * valid
     total = float(valid.sum())
     out = {0: picked, 1: picked.sum() / total, 2: picked.sum()}[reduction]
-    return out, np.asarray(total)
+    return out, np.asarray(total if reduction else 0.0)
 
 
 def _take_along(ctx: RuleCtx, x: Val, idx: Val, dim: int) -> Val:
@@ -695,7 +697,7 @@ def _nll_rule(ctx: RuleCtx, logp: Val, target: Val, weight=None, reduction=1, ig
     else:
         total = compute.reduction(ctx.terms, "sum", (), picked, list(range(len(picked.vecs))), False, combinable=True)
         loss = _scaled(ctx, total, Fraction(-1, n) if reduction == 1 else -1)
-    return loss, _fill(ctx, float(n), ())
+    return loss, _fill(ctx, float(n) if reduction else 0.0, ())  # torch's total_weight is 0 without reduction
 
 
 declare(T + "nll_loss_forward", numerics=_nll_num, rule=_nll_rule, doc="negative log-likelihood (targets valid)")
@@ -919,13 +921,30 @@ def _fill(ctx: RuleCtx, value, shape) -> Val:
     return layout.expand(ctx.terms, layout.full(ctx.terms, unit), shape)
 
 
+def _in_dtype(value, dtype):
+    """The value a fill of `value` holds in `dtype` (a short name such as "i64"): integer
+    dtypes truncate (``torch.full((2,), 1.5, dtype=torch.int64)`` holds 1), bool tests != 0."""
+    dtype = str(dtype or "")
+    if dtype.startswith(("i", "u")) and isinstance(value, (int, float)) and np.isfinite(value):
+        return int(value)
+    if dtype in ("b8", "bool") and isinstance(value, (int, float)):
+        return bool(value)
+    return value
+
+
 def _creation(value_of):
     def rule(ctx: RuleCtx, *args, **kwargs):
-        return _fill(ctx, value_of(args, kwargs), ctx.out_shapes()[0])
+        dtype = getattr(ctx.node.type, "dtype", None) if ctx.node is not None else None
+        return _fill(ctx, _in_dtype(value_of(args, kwargs), dtype), ctx.out_shapes()[0])
     return rule
 
 
-declare((T + "full",), numerics=lambda size, v, **k: np.full(size, v, dtype=np.float64),
+def _np_dtype_name(x) -> str:
+    kind = np.asarray(x).dtype.kind
+    return {"i": "i64", "u": "u8", "b": "b8"}.get(kind, "f64")
+
+
+declare((T + "full",), numerics=lambda size, v, **k: np.full(size, _in_dtype(v, k.get("dtype")), dtype=np.float64),
         rule=_creation(lambda a, k: a[1]), doc="constant fill")
 declare((T + "zeros",), numerics=lambda size, **k: np.zeros(size), rule=_creation(lambda a, k: 0), doc="zeros")
 declare((T + "ones",), numerics=lambda size, **k: np.ones(size), rule=_creation(lambda a, k: 1), doc="ones")
@@ -933,7 +952,8 @@ declare((T + "zeros_like", T + "new_zeros"), numerics=lambda x, *a, **k: np.zero
         rule=_creation(lambda a, k: 0), doc="zeros")
 declare((T + "ones_like", T + "new_ones"), numerics=lambda x, *a, **k: np.ones(np.shape(x) if not a or not isinstance(a[0], (list, tuple)) else a[0]),
         rule=_creation(lambda a, k: 1), doc="ones")
-declare((T + "full_like",), numerics=lambda x, v, **k: np.full(np.shape(x), v, dtype=np.float64),
+declare((T + "full_like",), numerics=lambda x, v, **k: np.full(np.shape(x), _in_dtype(v, k.get("dtype") or _np_dtype_name(x)),
+                                                            dtype=np.float64),
         rule=_creation(lambda a, k: a[1]), doc="constant fill")
 declare(T + "scalar_tensor", numerics=lambda v, **k: np.asarray(v, dtype=np.float64),
         rule=_creation(lambda a, k: a[0]), doc="0-d constant")
@@ -1058,10 +1078,16 @@ def layer_norm_backward_rule(ctx: RuleCtx, g: Val, x: Val, mean: Val, rstd: Val,
     if isinstance(w, Val):
         centered = compute.elementwise(terms, "sub", template((x, mean), {}), [x, mean])
         xhat = _mul_rule(ctx, centered, rstd)
-        gw = _sum_rule(ctx, _mul_rule(ctx, g, xhat), lead)
+        gw = _sum_rows(ctx, _mul_rule(ctx, g, xhat), lead)
     if isinstance(b, Val):
-        gb = _sum_rule(ctx, g, lead)
+        gb = _sum_rows(ctx, g, lead)
     return gi, gw, gb
+
+
+def _sum_rows(ctx: RuleCtx, v: Val, lead: list) -> Val:
+    """The sum over the leading (row) dims; no rows (every dim normalized) is no sum, not
+    aten.sum's empty dim list, which means every dim."""
+    return _sum_rule(ctx, v, lead) if lead else v
 
 
 def _native_ln_backward_num(g, x, shape, mean, rstd, w, b, mask=(True, True, True)):

@@ -301,7 +301,9 @@ def _reduce_rule(ctx: RuleCtx, x: Val, init, dims, kind):
     combined with the init value unless it is the reduction's identity."""
     if kind not in _REDUCE_TERMS:
         raise ValueError(f"reduce with a {kind} reducer has no rule")
-    out = compute.reduction(ctx.terms, _REDUCE_TERMS[kind], (), x, list(dims), False, combinable=True)
+    # over no dims the reduce only combines with init (compute.reduction reads [] as every dim)
+    out = compute.reduction(ctx.terms, _REDUCE_TERMS[kind], (), x, list(dims), False, combinable=True) if list(dims) \
+        else x
     value = layout.scalar_value(ctx.terms, init) if isinstance(init, Val) else init
     if value is not None and value == _IDENTITY[kind]:
         return out
