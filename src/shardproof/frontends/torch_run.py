@@ -1,0 +1,184 @@
+"""Run a live PyTorch case for real: the single-device program in this process, the
+distributed program on a local gloo process group (one forked process per rank, CPU).
+
+This is the execution half of the confirmation of a proof (the comparison is
+:mod:`shardproof.engine.confirm`, torch-free): the programs run as the user wrote them,
+with torch's kernels and gloo's collectives, independent of shardproof's rules and
+numerics. Each value set is the case's own (seed None) or a fresh draw
+(:mod:`shardproof.frontends.torch_draws`): the single-device weights are redrawn in place
+and the rank programs rebuilt from them by the case's own ``distributed(rank, world)``.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..case import Case
+from . import torch_capture as tc
+from . import torch_train as tt
+from .torch_draws import draw_inputs, redraw, restore, snapshot
+
+
+class RunError(Exception):
+    """The programs could not be run here (a runtime error, a timeout)."""
+
+
+def numpy_values(values: dict) -> dict[str, np.ndarray]:
+    """Tensors by name as numpy (floating point as float64); non-tensors are dropped."""
+    out = {}
+    for k, v in values.items():
+        if isinstance(v, torch.Tensor):
+            v = tc.local_tensor(v).detach().cpu()
+            out[k] = (v.double() if v.is_floating_point() else v).numpy().copy()
+    return out
+
+
+def _values(case: Case, seed: int | None) -> dict:
+    """The case's data inputs for value set `seed` (None: its own); redraws the
+    single-device weights in place for a draw (the caller restores them)."""
+    if seed is None:
+        return dict(case.inputs)
+    redraw(case.single, seed)
+    return draw_inputs(case.inputs, seed)
+
+
+def _forward(program: Any, data: dict) -> tuple[dict, dict]:
+    """(inputs, outputs) of one forward call, as the capture names them."""
+    inputs = tc.program_inputs(program, data)
+    with torch.no_grad():
+        outputs = tc._flatten_outputs(program(**data))
+    return numpy_values(inputs), numpy_values(outputs)
+
+
+def _step(program: Any, data: dict, train, step) -> tuple[dict, dict]:
+    """(inputs, outputs) of one training step, as :mod:`torch_train` names them: the
+    optimizer state is made from the parameters as the capture makes it."""
+    inputs = tt.step_inputs(program, data, train)
+    fsdp = tt.fsdp_params(program)
+    specs = {n: s for n, s in tc.dtensor_specs(program).items() if n not in fsdp}
+    params = [n for n, _ in program.named_parameters()]
+    names = train.optimizer.state_names if train.optimizer else ()
+    state = {p: {s: tc.as_dtensor(inputs[f"{s}{tt.STATE_SEP}{p}"], specs[p]) if p in specs
+                 else inputs[f"{s}{tt.STATE_SEP}{p}"] for s in names} for p in params}
+    batch = {n: inputs[n] for n in data}
+    outputs = tt._flatten(step(program, batch, state, train), params)
+    return numpy_values(inputs), numpy_values(outputs)
+
+
+def run_single(case: Case, seed: int | None) -> tuple[dict, dict]:
+    """(inputs, outputs) of the single-device program on value set `seed`."""
+    saved = snapshot(case.single)
+    try:
+        data = _values(case, seed)
+        if case.train is not None:
+            return _step(case.single, data, case.train, tt.reference_step)
+        return _forward(case.single, data)
+    finally:
+        restore(case.single, saved)
+
+
+def run_rank(case: Case, rank: int, world: int, seed: int | None) -> tuple[dict, dict]:
+    """(inputs, outputs) of rank `rank`'s program on value set `seed` (in a process group)."""
+    saved = snapshot(case.single)
+    try:
+        data = _values(case, seed)
+        if case.dist_inputs:
+            data = case.dist_inputs(rank, world, data)
+        program = case.distributed(rank, world)
+        if case.train is not None:
+            return _step(program, data, case.train, lambda m, *a: m.train_step(*a))
+        return _forward(program, data)
+    finally:
+        restore(case.single, saved)
+
+
+def _rank_main(case: Case, rank: int, world: int, seeds: list, store_path: str, timeout: float, conn) -> None:
+    """A forked rank: join the gloo group, run every value set, send the results back."""
+    code = 0
+    try:
+        torch.set_num_threads(1)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        store = dist.FileStore(store_path, world)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout))
+        results = []
+        for seed in seeds:
+            tc._clear_dtensor_caches()
+            results.append(run_rank(case, rank, world, seed))
+        conn.send(("ok", results))
+        dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001  (reported to the parent, which decides)
+        code = 1
+        try:
+            conn.send(("error", f"rank {rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}"))
+        except Exception:  # noqa: BLE001
+            pass
+    finally:
+        conn.close()
+        os._exit(code)  # skip the parent's atexit handlers (pytest, loggers)
+
+
+def run_distributed(case: Case, world: int, seeds: list, timeout: float = 120.0) -> list[list[tuple[dict, dict]]]:
+    """For each rank, (inputs, outputs) per value set, from one gloo group of `world`
+    forked processes. Raises :class:`RunError` when the ranks fail or time out."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    if dist.is_initialized():  # a group left over from a capture: not the children's
+        dist.destroy_process_group()
+    with tempfile.TemporaryDirectory(prefix="shardproof-gloo-") as tmp:
+        procs, conns = [], []
+        for rank in range(world):
+            parent, child = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_rank_main, args=(case, rank, world, seeds, os.path.join(tmp, "store"),
+                                                     timeout, child), daemon=True)
+            p.start()
+            child.close()
+            procs.append(p)
+            conns.append(parent)
+        deadline = time.monotonic() + timeout
+        results, errors = [None] * world, []
+        try:
+            for rank, conn in enumerate(conns):
+                left = deadline - time.monotonic()
+                if left <= 0 or not conn.poll(left):
+                    errors.append(f"rank {rank} did not finish within {timeout:.0f} s")
+                    break
+                try:
+                    status, payload = conn.recv()
+                except EOFError:
+                    errors.append(f"rank {rank} exited without a result (exit code {procs[rank].exitcode})")
+                    break
+                if status != "ok":
+                    errors.append(payload)
+                    break
+                results[rank] = payload
+        finally:
+            for p in procs:
+                p.join(timeout=5)
+                if p.is_alive():
+                    p.kill()  # our own child, by its handle
+                    p.join()
+    if errors:
+        raise RunError("running the distributed program on a gloo group failed: " + errors[0].strip())
+    return results
+
+
+def run_case(case: Case, world: int, seeds: list, timeout: float = 120.0) -> list[tuple]:
+    """Run both programs on every value set in `seeds` (None: the case's own values): per
+    value set (label, single-device inputs, its outputs, per-rank inputs, per-rank outputs)."""
+    try:
+        singles = [run_single(case, seed) for seed in seeds]
+    except Exception as exc:
+        raise RunError(f"running the single-device program failed: {type(exc).__name__}: {exc}") from None
+    ranks = run_distributed(case, world, seeds, timeout)
+    return [("the case's own values" if seed is None else f"draw {seed}", s_in, s_out,
+                      [ranks[r][i][0] for r in range(world)], [ranks[r][i][1] for r in range(world)])
+            for i, (seed, (s_in, s_out)) in enumerate(zip(seeds, singles))]
