@@ -180,7 +180,7 @@ def settle(report: Report, confirmation: Confirmation) -> Report:
     report.confirmation = confirmation
     if report.status != "verified" or confirmation.outcome == "confirmed":
         return report
-    report.status = "unknown"
+    report.status, report.strength = "unknown", None
     if confirmation.outcome == "contradicted":
         report.reason = (f"internal inconsistency: the proof says the programs agree, but running them contradicts "
                          f"it: {confirmation.detail}. This is a bug in shardproof, not a verdict on your program: "
