@@ -46,7 +46,7 @@ def _values(case: Case, seed: int | None) -> dict:
     single-device weights in place for a draw (the caller restores them)."""
     if seed is None:
         return dict(case.inputs)
-    redraw(case.single, seed)
+    redraw(case.single, seed, buffers=False)  # weights; buffers (rope tables, masks) are often rebuilt per rank
     return draw_inputs(case.inputs, seed)
 
 
@@ -100,12 +100,40 @@ def run_rank(case: Case, rank: int, world: int, seed: int | None) -> tuple[dict,
         restore(case.single, saved)
 
 
+_PREMUL_INPUT = {"all_reduce": "tensor", "reduce_scatter_tensor": "input", "reduce_scatter_single": "input"}
+
+
+def _gloo_premul_sum() -> None:
+    """Gloo has no ``ReduceOp.PREMUL_SUM`` (FSDP2's gradient divide factor): in a rank
+    process, a collective given it multiplies its input by the factor and sums, which is
+    what the op is defined to do."""
+    import inspect
+    for name, source in _PREMUL_INPUT.items():
+        fn = getattr(dist, name, None)
+        if fn is None:
+            continue
+
+        def premul(*args, _fn=fn, _source=source, _sig=inspect.signature(fn), **kwargs):
+            bound = _sig.bind(*args, **kwargs)
+            op = bound.arguments.get("op")
+            if op is None or tc._reduce_name(op) != "premul_sum":
+                return _fn(*args, **kwargs)
+            bound.arguments["op"] = dist.ReduceOp.SUM
+            if _source == "tensor":  # in place
+                bound.arguments["tensor"].mul_(op.factor)
+            else:
+                bound.arguments[_source] = bound.arguments[_source] * op.factor
+            return _fn(*bound.args, **bound.kwargs)
+        setattr(dist, name, premul)
+
+
 def _rank_main(case: Case, rank: int, world: int, seeds: list, store_path: str, timeout: float, conn) -> None:
     """A forked rank: join the gloo group, run every value set, send the results back."""
     code = 0
     try:
         torch.set_num_threads(1)
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        _gloo_premul_sum()
         store = dist.FileStore(store_path, world)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout))
