@@ -52,9 +52,15 @@ def tolerance(dtype: Optional[str]) -> float:
     return TOLERANCE.get(dtype, 0.0 if dtype.startswith(("i", "u", "b")) and dtype != "bf16" else TOLERANCE["f32"])
 
 
-def closeness(rtol: float):
+FLOOR = 1e-3
+"""Where an output is (nearly) zero in exact arithmetic (a bias gradient softmax cancels),
+its rounding noise follows the computation's scale: the tolerance never drops below
+FLOOR times the largest magnitude among all outputs of the value set."""
+
+
+def closeness(rtol: float, floor: float = 0.0):
     """``close(got, want)``: same shape, NaN where the other is NaN, and every element within
-    `rtol` times `want`'s largest magnitude."""
+    `rtol` times `want`'s largest magnitude (at least `floor`)."""
     def close(got, want) -> bool:
         got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
         if got.shape != want.shape:
@@ -63,7 +69,7 @@ def closeness(rtol: float):
         if not np.array_equal(np.isnan(got), np.isnan(want)):
             return False
         finite = want[~nan]
-        scale = float(np.abs(finite).max()) if finite.size else 0.0
+        scale = max(float(np.abs(finite).max()) if finite.size else 0.0, floor)
         return bool(np.all(np.abs(got[~nan] - want[~nan]) <= rtol * scale))
     return close
 
@@ -129,6 +135,8 @@ def _proved(check: OutputCheck):
 
 def differing_output(seq: Graph, dist: DistributedProgram, checks: list[OutputCheck], run: Execution) -> Optional[str]:
     """The first proved output whose executed values break its proved relation, in words."""
+    magnitudes = [np.abs(np.asarray(v, dtype=np.float64)) for v in run.seq_outputs.values()]
+    floor = FLOOR * max((float(np.nanmax(m)) for m in magnitudes if m.size and np.isfinite(m).any()), default=0.0)
     for check in checks:
         if check.holds is None:
             continue
@@ -140,7 +148,7 @@ def differing_output(seq: Graph, dist: DistributedProgram, checks: list[OutputCh
             return f"output {name}: rank {missing[0]} did not return it when run"
         s_env = {seq.outputs[name]: run.seq_outputs[name]}
         d_envs = [{g.outputs[name]: out[name]} for g, out in zip(dist.graphs, run.rank_outputs)]
-        close = closeness(tolerance(_dtype(seq, name)))
+        close = closeness(tolerance(_dtype(seq, name)), floor)
         if output_differs(seq, dist, name, _proved(check), s_env, d_envs, close=close):
             return f"output {name} (proved {check.holds}) differs on {run.label}{_gap(run, name)}"
     return None
