@@ -399,22 +399,33 @@ def _execute(p: Prepared, seeds: list) -> list:
     return runs
 
 
+EXEC_BYTES = 4 << 30  # dumps: the most memory executing the graphs here may take
+
+
 def _execute_graphs(p: Prepared, seeds: list) -> list:
     """Dumps: the graphs run with torch's kernels and the collectives computed across ranks
     (:mod:`shardproof.frontends.torch_exec`), on inputs drawn through the proved relations."""
     from .engine.confirm import Execution, Unconfirmable
     try:
-        from .frontends.torch_exec import execute
+        from .frontends import torch_exec
     except ImportError as exc:
         raise Unconfirmable(f"graph dumps are not executed by this installation ({exc})") from None
+    estimate = getattr(torch_exec, "estimate_bytes", None)
+    if estimate is not None:
+        need, name, size = estimate(p.seq, p.dist)
+        if need > EXEC_BYTES:
+            raise Unconfirmable(f"too large to execute here: about {need / 2**30:.1f} GiB (the largest tensor, "
+                                f"{name}, is {size / 2**20:.0f} MiB)")
+    draw = getattr(torch_exec, "draw_program_inputs", None)
     runs = []
-    for seed in seeds:
-        s_in, d_in = numeric_inputs(p.seq, p.dist, p.bindings, p.examples, seed or 0)
+    for i in range(len(seeds)):
+        s_in, d_in = (draw(p.seq, p.dist, p.bindings, i) if draw is not None
+                      else numeric_inputs(p.seq, p.dist, p.bindings, p.examples, i))
         try:
-            s_out, d_out = execute(p.seq, p.dist, s_in, d_in)
+            s_out, d_out = torch_exec.execute(p.seq, p.dist, s_in, d_in)
         except Exception as exc:  # noqa: BLE001  (a graph torch cannot run: not confirmed, said so)
             raise Unconfirmable(f"executing the graphs with torch failed: {type(exc).__name__}: {exc}") from None
-        runs.append(Execution("the example values" if seed is None else f"draw {seed}", s_in, s_out, d_in, d_out))
+        runs.append(Execution(f"draw {i + 1}", s_in, s_out, d_in, d_out))
     return runs
 
 
