@@ -76,13 +76,8 @@ def closeness(rtol: float, floor: float = 0.0):
 
 def too_large(graphs) -> Optional[str]:
     """The first tensor too large to execute here, in words; None when all fit."""
-    from .numeric import _tensor_types
-    for g in graphs:
-        for n in g.nodes:
-            for ty in _tensor_types(n.type):
-                if ty.numel > MAX_ELEMENTS:
-                    return f"{n.name} of {g.label or 'a program'} has {ty.numel:,} elements (shape {list(ty.shape)})"
-    return None
+    from .numeric import _too_large
+    return _too_large(graphs, MAX_ELEMENTS)
 
 
 def _dtype(graph: Graph, name: str) -> Optional[str]:
