@@ -148,3 +148,41 @@ def test_cli_reports_the_confirmation(tmp_path, capsys):
     assert "confirmed: gloo, 2 draws" in html.read_text()
     assert main(["verify", os.path.join(ZOO, "tp_mlp.py"), "--no-confirm"]) == 2
     assert "proved, but not confirmed" in capsys.readouterr().out
+
+
+def _dump(rows: int) -> str:
+    return ('class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[%d, 16]", w: "f32[16, 4]"):\n'
+            '        h: "f32[%d, 16]" = torch.ops.aten.relu.default(x);  x = None\n'
+            '        mm: "f32[%d, 4]" = torch.ops.aten.mm.default(h, w);  h = w = None\n'
+            '        return (mm,)\n') % (rows, rows, rows)
+
+
+def test_dumps_are_executed_with_torch_or_honestly_unconfirmed(tmp_path):
+    from shardproof.api import verify_dumps
+    for folder, rows, ranks in (("tp1", 8, 1), ("tp2", 4, 2)):
+        (tmp_path / folder).mkdir()
+        for r in range(ranks):
+            (tmp_path / folder / f"fw.g0.r{r}.py").write_text(_dump(rows))
+    report = verify_dumps(tmp_path / "tp1", tmp_path / "tp2", auto_relations=True)
+    c = report.confirmation
+    try:
+        import shardproof.frontends.torch_exec  # noqa: F401
+    except ImportError:  # this installation does not execute graphs: proved, but never verified
+        assert report.status == "unknown" and c.outcome == "skipped" and c.by == "torch"
+        assert report.reason.startswith("proved, but not confirmed by execution")
+    else:
+        assert report.status == "verified" and (c.by, c.outcome) == ("torch", "confirmed"), c
+
+
+def test_jax_case_is_confirmed_by_jax():
+    from shardproof.frontends.jax_lower import host_devices
+    host_devices(8)
+    jax = pytest.importorskip("jax", reason="jax is not installed")
+    if len(jax.devices("cpu")) < WORLD:
+        pytest.skip("jax was imported with too few host devices before this test")
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "jax")
+    sys.path.insert(0, root)
+    from jax_models import tp_mlp_case
+    report = verify_case(tp_mlp_case(WORLD), WORLD)
+    c = report.confirmation
+    assert report.status == "verified" and (c.by, c.outcome, c.draws) == ("jax", "confirmed", 3), c
