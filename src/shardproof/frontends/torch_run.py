@@ -134,6 +134,8 @@ def _rank_main(case: Case, rank: int, world: int, seeds: list, store_path: str, 
         torch.set_num_threads(1)
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         _gloo_premul_sum()
+        if dist.is_initialized():  # the parent's group (a capture's fake one), inherited: not this one's
+            dist.destroy_process_group()
         store = dist.FileStore(store_path, world)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout))
@@ -169,8 +171,6 @@ def run_distributed(case: Case, world: int, seeds: list, timeout: float = 120.0)
 def _run_group(case: Case, world: int, seeds: list, timeout: float) -> list[list[tuple[dict, dict]]]:
     import multiprocessing as mp
     ctx = mp.get_context("fork")
-    if dist.is_initialized():  # a group left over from a capture: not the children's
-        dist.destroy_process_group()
     with tempfile.TemporaryDirectory(prefix="shardproof-gloo-") as tmp:
         procs, conns = [], []
         for rank in range(world):
