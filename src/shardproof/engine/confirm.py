@@ -53,9 +53,11 @@ def tolerance(dtype: Optional[str]) -> float:
 
 
 FLOOR = 1e-3
-"""Where an output is (nearly) zero in exact arithmetic (a bias gradient softmax cancels),
-its rounding noise follows the computation's scale: the tolerance never drops below
-FLOOR times the largest magnitude among all outputs of the value set."""
+"""Where an output is (nearly) zero in exact arithmetic (a bias gradient softmax cancels,
+the input gradient of a layer norm over two elements), its rounding noise follows the
+computation's scale: the tolerance never drops below FLOOR times the largest magnitude
+among all outputs and floating-point inputs of the value set (not
+indices, whose magnitude is no scale)."""
 
 
 def closeness(rtol: float, floor: float = 0.0):
@@ -130,7 +132,8 @@ def _proved(check: OutputCheck):
 
 def differing_output(seq: Graph, dist: DistributedProgram, checks: list[OutputCheck], run: Execution) -> Optional[str]:
     """The first proved output whose executed values break its proved relation, in words."""
-    magnitudes = [np.abs(np.asarray(v, dtype=np.float64)) for v in run.seq_outputs.values()]
+    magnitudes = [np.abs(np.asarray(v, dtype=np.float64)) for v in list(run.seq_outputs.values())
+                  + [x for x in run.seq_inputs.values() if np.issubdtype(np.asarray(x).dtype, np.floating)]]
     floor = FLOOR * max((float(np.nanmax(m)) for m in magnitudes if m.size and np.isfinite(m).any()), default=0.0)
     for check in checks:
         if check.holds is None:

@@ -53,8 +53,7 @@ def _values(case: Case, seed: int | None) -> dict:
 def _forward(program: Any, data: dict) -> tuple[dict, dict]:
     """(inputs, outputs) of one forward call, as the capture names them."""
     inputs = tc.program_inputs(program, data)
-    with torch.no_grad():
-        outputs = tc._flatten_outputs(program(**data))
+    outputs = tc._flatten_outputs(program(**data))  # as traced: grad mode as the caller has it
     return numpy_values(inputs), numpy_values(outputs)
 
 
