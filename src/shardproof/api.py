@@ -21,7 +21,7 @@ from .frontends.hlo_text import is_hlo_text, load_hlo_program, mark_shared_const
 from .frontends.stablehlo_text import is_stablehlo_text, load_stablehlo_program
 from .ir.graph import DistributedProgram, Graph
 from .relations.infer import RelationsFile, load_yaml, parse_spec, resolve_inputs, resolve_outputs
-from .relations.spec import RelationError, parse_relation
+from .relations.spec import DERIVED, Ignore, RelationError, Replicate, parse_relation
 
 Progress = Optional[Callable[[str, int, int], None]]
 """``progress(stage, done, total)``: `done` of `total` steps are finished, `stage` is under way."""
@@ -387,9 +387,13 @@ def _execute(p: Prepared, seeds: list) -> list:
             return [Execution(*r) for r in run_jax_case(p.case, p.dist.world_size, seeds, list(p.seq.outputs))]
         except JaxRunError as exc:
             raise Unconfirmable(str(exc)) from None
-    from .frontends.torch_run import RunError, run_case
+    from .frontends.torch_run import RunError, related_data, run_case
+    stated = {name: b.relation for name, b in p.bindings.items()  # data every rank receives whole, related
+              if name in p.case.inputs and b.seq_name == name and not isinstance(b.relation, (Replicate, Ignore))
+              and not isinstance(b.relation, DERIVED)} if p.case.dist_inputs is None else {}
     try:
-        runs = [Execution(*r) for r in run_case(p.case, p.dist.world_size, seeds)]
+        runs = [Execution(*r) for r in run_case(p.case, p.dist.world_size, seeds,
+                                                rank_data=related_data(stated) if stated else None)]
     except RunError as exc:
         raise Unconfirmable(str(exc)) from None
     if p.case.train is not None:  # rank outputs named after the single-device parameters, as the graphs are

@@ -84,13 +84,39 @@ def run_single(case: Case, seed: int | None) -> tuple[dict, dict]:
         restore(case.single, saved)
 
 
-def run_rank(case: Case, rank: int, world: int, seed: int | None) -> tuple[dict, dict]:
-    """(inputs, outputs) of rank `rank`'s program on value set `seed` (in a process group)."""
+def related_data(relations: dict):
+    """``(rank, world, data) -> the rank's data``, each input named in `relations` cut from
+    the single-device value as its relation says (a layout: the elements the rank holds;
+    ``Partial`` sum or avg: seeded random shares that add up): for a case whose ranks all
+    receive the same data under a relation it states, so the value sets satisfy it."""
+    def cut(rank: int, world: int, data: dict) -> dict:
+        out = dict(data)
+        for name, rel in relations.items():
+            t = data.get(name)
+            if not isinstance(t, torch.Tensor) or not t.ndim:
+                continue
+            vecs = rel.layout(tuple(t.shape), rank, world)
+            if vecs is not None:
+                index = np.ix_(*[np.arange(n) if v is None else np.asarray(v) for n, v in zip(t.shape, vecs)])
+                out[name] = t[tuple(torch.as_tensor(i) for i in index)]
+            elif getattr(rel, "op", None) in ("sum", "avg") and t.is_floating_point():
+                g = torch.Generator().manual_seed(7919)  # the same shares in every rank's process
+                shares = [torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype) for _ in range(world - 1)]
+                whole = t * world if rel.op == "avg" else t
+                out[name] = shares[rank] if rank < world - 1 else whole - sum(shares)
+        return out
+    return cut
+
+
+def run_rank(case: Case, rank: int, world: int, seed: int | None, rank_data=None) -> tuple[dict, dict]:
+    """(inputs, outputs) of rank `rank`'s program on value set `seed` (in a process group);
+    `rank_data` (rank, world, data) -> the rank's data, in place of the case's ``dist_inputs``."""
     saved = snapshot(case.single)
     try:
         data = _values(case, seed)
-        if case.dist_inputs:
-            data = case.dist_inputs(rank, world, data)
+        loader = rank_data or case.dist_inputs
+        if loader:
+            data = loader(rank, world, data)
         program = case.distributed(rank, world)
         if case.train is not None:
             return _step(program, data, case.train, lambda m, *a: m.train_step(*a))
@@ -126,7 +152,8 @@ def _gloo_premul_sum() -> None:
         setattr(dist, name, premul)
 
 
-def _rank_main(case: Case, rank: int, world: int, seeds: list, store_path: str, timeout: float, conn) -> None:
+def _rank_main(case: Case, rank: int, world: int, seeds: list, store_path: str, timeout: float, conn,
+               rank_data=None) -> None:
     """A forked rank: join the gloo group, run every value set, send the results back."""
     code = 0
     try:
@@ -141,7 +168,7 @@ def _rank_main(case: Case, rank: int, world: int, seeds: list, store_path: str, 
         results = []
         for seed in seeds:
             tc._clear_dtensor_caches()
-            results.append(run_rank(case, rank, world, seed))
+            results.append(run_rank(case, rank, world, seed, rank_data))
         conn.send(("ok", results))
         dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001  (reported to the parent, which decides)
@@ -155,19 +182,20 @@ def _rank_main(case: Case, rank: int, world: int, seeds: list, store_path: str, 
         os._exit(code)  # skip the parent's atexit handlers (pytest, loggers)
 
 
-def run_distributed(case: Case, world: int, seeds: list, timeout: float = 120.0) -> list[list[tuple[dict, dict]]]:
+def run_distributed(case: Case, world: int, seeds: list, timeout: float = 120.0,
+                    rank_data=None) -> list[list[tuple[dict, dict]]]:
     """For each rank, (inputs, outputs) per value set, from one gloo group of `world`
     forked processes. Raises :class:`RunError` when the ranks fail or time out; a group
     whose connection fails (a loaded machine) is tried once more."""
     try:
-        return _run_group(case, world, seeds, timeout)
+        return _run_group(case, world, seeds, timeout, rank_data)
     except RunError as exc:
         if "connectFullMesh" not in str(exc) and "Connection closed by peer" not in str(exc):
             raise
-    return _run_group(case, world, seeds, timeout)
+    return _run_group(case, world, seeds, timeout, rank_data)
 
 
-def _run_group(case: Case, world: int, seeds: list, timeout: float) -> list[list[tuple[dict, dict]]]:
+def _run_group(case: Case, world: int, seeds: list, timeout: float, rank_data) -> list[list[tuple[dict, dict]]]:
     import multiprocessing as mp
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="shardproof-gloo-") as tmp:
@@ -175,7 +203,7 @@ def _run_group(case: Case, world: int, seeds: list, timeout: float) -> list[list
         for rank in range(world):
             parent, child = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_rank_main, args=(case, rank, world, seeds, os.path.join(tmp, "store"),
-                                                     timeout, child), daemon=True)
+                                                     timeout, child, rank_data), daemon=True)
             p.start()
             child.close()
             procs.append(p)
@@ -211,14 +239,15 @@ def _run_group(case: Case, world: int, seeds: list, timeout: float) -> list[list
     return results
 
 
-def run_case(case: Case, world: int, seeds: list, timeout: float = 120.0) -> list[tuple]:
+def run_case(case: Case, world: int, seeds: list, timeout: float = 120.0, rank_data=None) -> list[tuple]:
     """Run both programs on every value set in `seeds` (None: the case's own values): per
-    value set (label, single-device inputs, its outputs, per-rank inputs, per-rank outputs)."""
+    value set (label, single-device inputs, its outputs, per-rank inputs, per-rank outputs);
+    `rank_data`: see :func:`run_rank`."""
     try:
         singles = [run_single(case, seed) for seed in seeds]
     except Exception as exc:
         raise RunError(f"running the single-device program failed: {type(exc).__name__}: {exc}") from None
-    ranks = run_distributed(case, world, seeds, timeout)
+    ranks = run_distributed(case, world, seeds, timeout, rank_data)
     return [("the case's own values" if seed is None else f"draw {seed}", s_in, s_out,
                       [ranks[r][i][0] for r in range(world)], [ranks[r][i][1] for r in range(world)])
             for i, (seed, (s_in, s_out)) in enumerate(zip(seeds, singles))]
