@@ -152,6 +152,26 @@ def _gloo_premul_sum() -> None:
         setattr(dist, name, premul)
 
 
+_INTO_BUFFER = ("all_gather_into_tensor", "all_gather_single", "all_gather", "reduce_scatter_tensor",
+                "reduce_scatter_single", "all_to_all_single")
+
+
+def _gloo_no_grad() -> None:
+    """Collectives into a fresh buffer record no autograd (c10d's are not differentiable),
+    but gloo cuts the buffer into views and copies into them, which grad mode refuses for
+    an input that requires grad (a parameter update all-gathered, as ZeRO does). Run them
+    without grad mode: the values are the same."""
+    for name in _INTO_BUFFER:
+        fn = getattr(dist, name, None)
+        if fn is None:
+            continue
+
+        def no_grad(*args, _fn=fn, **kwargs):
+            with torch.no_grad():
+                return _fn(*args, **kwargs)
+        setattr(dist, name, no_grad)
+
+
 def _rank_main(case: Case, rank: int, world: int, seeds: list, store_path: str, timeout: float, conn,
                rank_data=None) -> None:
     """A forked rank: join the gloo group, run every value set, send the results back."""
@@ -160,6 +180,7 @@ def _rank_main(case: Case, rank: int, world: int, seeds: list, store_path: str, 
         torch.set_num_threads(1)
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         _gloo_premul_sum()
+        _gloo_no_grad()
         if dist.is_initialized():  # the parent's group (a capture's fake one), inherited: not this one's
             dist.destroy_process_group()
         store = dist.FileStore(store_path, world)
@@ -174,7 +195,7 @@ def _rank_main(case: Case, rank: int, world: int, seeds: list, store_path: str, 
     except BaseException as exc:  # noqa: BLE001  (reported to the parent, which decides)
         code = 1
         try:
-            conn.send(("error", f"rank {rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}"))
+            conn.send(("error", f"rank {rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-6)}"))
         except Exception:  # noqa: BLE001
             pass
     finally:
