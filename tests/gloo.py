@@ -8,6 +8,8 @@ A case file defines ``case(world_size)``; its outputs must be replicated on ever
 from __future__ import annotations
 
 import contextlib
+import datetime
+import multiprocessing
 import importlib
 import importlib.util
 import os
@@ -310,3 +312,43 @@ def variant_agrees(case, rank_outs: list, expect: str = "Replicate()", atol: flo
         if not torch.allclose(got.double(), want.double(), atol=atol, rtol=1e-5, equal_nan=True):
             return False
     return True
+
+
+def _fn_rank(fn, rank, world, path, conn):
+    import torch
+    import torch.distributed as dist
+    try:
+        torch.set_num_threads(1)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group("gloo", store=dist.FileStore(path, world), rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=60))
+        conn.send(("ok", fn(rank, world)))
+        dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+        os._exit(0)
+
+
+def run_fn_on_gloo(fn, world: int, timeout: float = 120.0) -> list:
+    """``[fn(rank, world) for each rank]``, each rank in its own process of one gloo group
+    (results must be picklable: return numpy arrays or plain values)."""
+    ctx = multiprocessing.get_context("fork")
+    with tempfile.TemporaryDirectory() as tmp:
+        pipes = [ctx.Pipe(duplex=False) for _ in range(world)]
+        procs = [ctx.Process(target=_fn_rank, args=(fn, r, world, os.path.join(tmp, "store"), pipes[r][1]))
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        out = []
+        for r, (recv, _) in enumerate(pipes):
+            if not recv.poll(timeout):
+                raise TimeoutError(f"rank {r} timed out")
+            status, value = recv.recv()
+            if status != "ok":
+                raise RuntimeError(f"rank {r}: {value}")
+            out.append(value)
+        for p in procs:
+            p.join(10)
+    return out

@@ -7,20 +7,21 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import numpy as np
 
 from .case import Case
-from .engine.result import Report
-from .engine.verify import ENGINE_STAGES, differing_outputs, verify_graphs
+from .engine.result import Confirmation, Report
+from .engine.verify import ENGINE_STAGES, differing_outputs, numeric_inputs, verify_graphs
 from .frontends.fx_text import dump_kinds, load_program, read_dump
 from .frontends.hlo_text import is_hlo_text, load_hlo_program, mark_shared_constants
 from .frontends.stablehlo_text import is_stablehlo_text, load_stablehlo_program
 from .ir.graph import DistributedProgram, Graph
 from .relations.infer import RelationsFile, load_yaml, parse_spec, resolve_inputs, resolve_outputs
-from .relations.spec import RelationError, parse_relation
+from .relations.spec import DERIVED, Ignore, RelationError, Replicate, parse_relation
 
 Progress = Optional[Callable[[str, int, int], None]]
 """``progress(stage, done, total)``: `done` of `total` steps are finished, `stage` is under way."""
@@ -147,21 +148,28 @@ def _capture_training(case: Case, world: int, say, total: int):
 GRADIENT_OUTPUTS = ("grad:", "updated:")
 
 
+def training_renames(names, bindings: dict) -> dict:
+    """Distributed step outputs named after the single-device parameter they belong to:
+    ``grad:<dist param>`` -> ``grad:<single param>`` (others are absent)."""
+    renamed = {}
+    for name in names:
+        prefix = next((p for p in GRADIENT_OUTPUTS if name.startswith(p)), None)
+        b = bindings.get(name[len(prefix):]) if prefix else None
+        if b is not None:
+            renamed[name] = prefix + b.seq_name
+    return renamed
+
+
 def training_expectations(seq: Graph, dist: DistributedProgram, bindings: dict) -> tuple[DistributedProgram, dict]:
     """A parameter's gradient and updated value are expected to relate to the single-device
     ones as the parameter does. Distributed outputs are renamed after the single-device
     parameter they belong to (``grad:<dist param>`` -> ``grad:<single param>``)."""
-    expect, renamed = {}, {}
-    for name in dist.graphs[0].outputs:
-        prefix = next((p for p in GRADIENT_OUTPUTS if name.startswith(p)), None)
-        b = bindings.get(name[len(prefix):]) if prefix else None
-        if b is None:
-            continue
-        seq_name = prefix + b.seq_name
+    expect, renamed = {}, training_renames(dist.graphs[0].outputs, bindings)
+    for name, seq_name in renamed.items():
+        b = bindings[name.split(":", 1)[1]]
         if seq_name not in seq.outputs:
             raise RelationError(f"the distributed step returns {name}, but the single-device parameter it relates to "
-                                f"({b.seq_name}) has no {prefix[:-1]} output")
-        renamed[name] = seq_name
+                                f"({b.seq_name}) has no {name.split(':', 1)[0]} output")
         expect[seq_name] = b.relation
     graphs = [replace(g, outputs={renamed.get(k, k): v for k, v in g.outputs.items()}) for g in dist.graphs]
     return DistributedProgram(graphs), expect
@@ -178,6 +186,7 @@ class Prepared:
     examples: dict
     name: str = ""
     gradients: frozenset = frozenset()  # training: outputs that are gradients or updated parameters
+    case: Optional[Case] = None  # a live case, run for real to confirm a proof (dumps: None)
 
 
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
@@ -213,7 +222,7 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
                                 f"are: {', '.join(seq.outputs)}")
     gradients = frozenset(n for n in seq.outputs if n.startswith(GRADIENT_OUTPUTS)) if case.train else frozenset()
     return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values) | _optimizer_state(case, seq_values),
-                    case.name, gradients)
+                    case.name, gradients, case)
 
 
 def _optimizer_state(case: Case, values: dict) -> dict:
@@ -342,32 +351,123 @@ def _output(graph: Graph, name: str):
 
 
 def verify_case(case: Case, world_size: int | None = None, relations: dict | None = None,
-                relations_file: str | None = None, progress: Progress = None, views: bool = False) -> Report:
-    """Capture and verify `case` (see :func:`prepare` for the options; `views`: see
-    :func:`verify_prepared`)."""
+                relations_file: str | None = None, progress: Progress = None, views: bool = False,
+                confirm_draws: int | None = None) -> Report:
+    """Capture and verify `case` (see :func:`prepare` for the options; `views` and
+    `confirm_draws`: see :func:`verify_prepared`)."""
     p = prepare(case, world_size, relations, relations_file, progress)
     steps = p.dist.world_size + 1
-    return verify_prepared(p, views, _offset(progress, steps, steps + len(ENGINE_STAGES)))
+    return verify_prepared(p, views, _offset(progress, steps, steps + len(ENGINE_STAGES)), confirm_draws)
 
 
 def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
                  expect: dict | None = None, kind: str | None = None, progress: Progress = None,
-                 views: bool = False, world_size: int | None = None) -> Report:
-    """Load and verify graph dumps (see :func:`prepare_dumps` for the options; `views`: see
-    :func:`verify_prepared`)."""
+                 views: bool = False, world_size: int | None = None, confirm_draws: int | None = None) -> Report:
+    """Load and verify graph dumps (see :func:`prepare_dumps` for the options; `views` and
+    `confirm_draws`: see :func:`verify_prepared`)."""
     p = prepare_dumps(seq_path, dist_path, relations_file, auto_relations, expect, kind, progress, world_size)
-    return verify_prepared(p, views, _offset(progress, 2, 2 + len(ENGINE_STAGES)))
+    return verify_prepared(p, views, _offset(progress, 2, 2 + len(ENGINE_STAGES)), confirm_draws)
 
 
-def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None) -> Report:
+CONFIRM_DRAWS = 2
+"""Fresh random value sets a proof is confirmed on by execution, besides the case's own."""
+NO_CONFIRM = -1
+"""``confirm_draws=NO_CONFIRM``: do not run the programs (the best verdict is then unknown)."""
+
+
+def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
+                    confirm_draws: int | None = None) -> Report:
     """Verify; with `views` the report carries every node's relation status (``report.graphs``:
     the single-device graph, then each rank's), which the HTML report draws. A training
-    step's report tabulates each parameter's gradient and updated value."""
+    step's report tabulates each parameter's gradient and updated value.
+
+    A proof is confirmed by running the programs for real (:func:`confirm`) on the case's
+    own values and `confirm_draws` fresh draws (default :data:`CONFIRM_DRAWS`;
+    :data:`NO_CONFIRM`: not run): the verdict is verified only when execution confirms it."""
     report = verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name, views=views,
                            progress=progress, gradients=p.gradients)
     if p.gradients:
         report.parameters = parameter_table(p, report)
+    if report.status == "verified":
+        confirm(p, report, CONFIRM_DRAWS if confirm_draws is None else confirm_draws)
     return report
+
+
+def confirm(p: Prepared, report: Report, draws: int = CONFIRM_DRAWS) -> Report:
+    """Run the proved programs for real and compare their values under the proved output
+    relations (:mod:`shardproof.engine.confirm`); the report's verdict stays verified only
+    when execution confirms it, a contradiction is an internal inconsistency (unknown)."""
+    from .engine.confirm import Unconfirmable, judge, settle, too_large
+    t0 = time.perf_counter()
+    by = "gloo" if p.case is not None and p.case.backend != "jax" else ("jax" if p.case is not None else "torch")
+    if draws < 0:
+        return settle(report, Confirmation(by, 0, "skipped", "not run (--no-confirm)"))
+    try:
+        big = too_large([p.seq] + p.dist.graphs)
+        if big:
+            raise Unconfirmable(f"too large to execute here: {big}")
+        runs = _execute(p, [None] + list(range(1, draws + 1)))
+        conf = judge(p.seq, p.dist, p.bindings, report.outputs, runs, by, time.perf_counter() - t0)
+    except Unconfirmable as exc:
+        conf = Confirmation(by, 0, "skipped", str(exc), round(time.perf_counter() - t0, 3))
+    return settle(report, conf)
+
+
+def _execute(p: Prepared, seeds: list) -> list:
+    """Both programs run on each value set (seed None: the case's own values)."""
+    from .engine.confirm import Execution, Unconfirmable
+    if p.case is None:
+        return _execute_graphs(p, seeds)
+    if p.case.backend == "jax":
+        from .frontends.jax_run import JaxRunError, run_jax_case
+        try:
+            return [Execution(*r) for r in run_jax_case(p.case, p.dist.world_size, seeds, list(p.seq.outputs))]
+        except JaxRunError as exc:
+            raise Unconfirmable(str(exc)) from None
+    from .frontends.torch_run import RunError, related_data, run_case
+    stated = {name: b.relation for name, b in p.bindings.items()  # data every rank receives whole, related
+              if name in p.case.inputs and b.seq_name == name and not isinstance(b.relation, (Replicate, Ignore))
+              and not isinstance(b.relation, DERIVED)} if p.case.dist_inputs is None else {}
+    try:
+        runs = [Execution(*r) for r in run_case(p.case, p.dist.world_size, seeds,
+                                                rank_data=related_data(stated) if stated else None)]
+    except RunError as exc:
+        raise Unconfirmable(str(exc)) from None
+    if p.case.train is not None:  # rank outputs named after the single-device parameters, as the graphs are
+        for run in runs:
+            run.rank_outputs = [{training_renames([k], p.bindings).get(k, k): v for k, v in out.items()}
+                                for out in run.rank_outputs]
+    return runs
+
+
+EXEC_BYTES = 4 << 30  # dumps: the most memory executing the graphs here may take
+
+
+def _execute_graphs(p: Prepared, seeds: list) -> list:
+    """Dumps: the graphs run with torch's kernels and the collectives computed across ranks
+    (:mod:`shardproof.frontends.torch_exec`), on inputs drawn through the proved relations."""
+    from .engine.confirm import Execution, Unconfirmable
+    try:
+        from .frontends import torch_exec
+    except ImportError as exc:
+        raise Unconfirmable(f"graph dumps are not executed by this installation ({exc})") from None
+    estimate = getattr(torch_exec, "estimate_bytes", None)
+    if estimate is not None:
+        need, name, size = estimate(p.seq, p.dist)
+        if need > EXEC_BYTES:
+            raise Unconfirmable(f"too large to execute here: about {need / 2**30:.1f} GiB (the largest tensor, "
+                                f"{name}, is {size / 2**20:.0f} MiB)")
+    draw = getattr(torch_exec, "draw_program_inputs", None)
+    runs = []
+    for i in range(len(seeds)):
+        s_in, d_in = (draw(p.seq, p.dist, p.bindings, i) if draw is not None
+                      else numeric_inputs(p.seq, p.dist, p.bindings, p.examples, i))
+        try:
+            s_out, d_out = torch_exec.execute(p.seq, p.dist, s_in, d_in)
+        except Exception as exc:  # noqa: BLE001  (a graph torch cannot run: not confirmed, said so)
+            raise Unconfirmable(f"executing the graphs with torch failed: {type(exc).__name__}: {exc}") from None
+        runs.append(Execution(f"draw {i + 1}", s_in, s_out, d_in, d_out))
+    return runs
 
 
 def parameter_table(p: Prepared, report: Report) -> list[dict]:

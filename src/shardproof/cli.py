@@ -77,6 +77,11 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page: the single-device graph "
                                                   "beside each rank's, nodes coloured by relation, the finding marked")
     v.add_argument("--verbose", "-v", action="store_true", help="show the input relations even when verified")
+    v.add_argument("--confirm-draws", metavar="N", type=int, default=None,
+                   help="confirm a proof by running the programs on their own values and N fresh random draws "
+                        "(default 2); verified needs the execution to agree")
+    v.add_argument("--no-confirm", action="store_true",
+                   help="do not run the programs: the best verdict is then unknown (proved, not confirmed)")
     z = sub.add_parser("zoo", help="run the bundled catalogue of correct models and injected bugs",
                        description="Verify every case of the zoo (src/shardproof/zoo: correct models, injected bugs, "
                                    "gaps) and compare each verdict and first finding with what the case's meta "
@@ -173,7 +178,7 @@ def _run(args, progress):
         return verify_dumps(args.seq, args.dist[0] if len(args.dist) == 1 else args.dist,
                             relations_file=args.relations, auto_relations=args.auto_relations,
                             expect=_expectations(args.expect), kind=args.kind, progress=progress, views=views,
-                            world_size=args.world_size)
+                            world_size=args.world_size, confirm_draws=_confirm_draws(args))
     module = load_case_module(args.case)
     try:
         case = module.case(args.world_size) if args.world_size else module.case()
@@ -181,7 +186,17 @@ def _run(args, progress):
         raise UsageError(f"case({args.world_size or ''}) in {args.case} failed: {type(exc).__name__}: {exc}") from None
     if args.world_size:
         case.world_size = args.world_size
-    return verify_case(case, relations_file=args.relations, progress=progress, views=views)
+    return verify_case(case, relations_file=args.relations, progress=progress, views=views,
+                       confirm_draws=_confirm_draws(args))
+
+
+def _confirm_draws(args) -> int | None:
+    from .api import NO_CONFIRM
+    if args.no_confirm:
+        return NO_CONFIRM
+    if args.confirm_draws is not None and args.confirm_draws < 0:
+        raise UsageError(f"--confirm-draws {args.confirm_draws}: give 0 or more (--no-confirm skips the execution)")
+    return args.confirm_draws
 
 
 def _verify(args) -> int:

@@ -48,12 +48,14 @@ def _tensor_types(ty):
         yield ty
 
 
-def _too_large(graphs) -> str | None:
+def _too_large(graphs, limit: int = MAX_ELEMENTS) -> str | None:
+    """The first tensor of more than `limit` elements, in words; None when all fit."""
     for g in graphs:
         for n in g.nodes:
             for ty in _tensor_types(n.type):
-                if ty.numel > MAX_ELEMENTS:
-                    return f"{n.name} has {ty.numel:,} elements"
+                if ty.numel > limit:
+                    where = f" of {g.label}" if g.label else ""
+                    return f"{n.name}{where} has {ty.numel:,} elements (shape {list(ty.shape)})"
     return None
 
 

@@ -55,6 +55,25 @@ class OutputCheck:
 
 
 @dataclass
+class Confirmation:
+    """How a proof was confirmed by running the programs for real: `by` gloo (a local gloo
+    process group, one process per rank), torch (graphs run with torch's kernels) or jax;
+    `draws` value sets compared (the case's own plus fresh random ones); `outcome`
+    confirmed | contradicted | skipped; `detail` says why (the first differing output,
+    what could not be run)."""
+    by: str
+    draws: int = 0
+    outcome: str = "skipped"
+    detail: str = ""
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        if self.outcome == "confirmed":
+            return f"confirmed: {self.by}, {self.draws} draw{'s' if self.draws != 1 else ''}"
+        return f"{self.outcome}: {self.by}" + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass
 class Report:
     status: str  # verified | violation | unknown
     world_size: int
@@ -70,6 +89,7 @@ class Report:
     strength: str | None = None
     name: str = ""
     graphs: list[GraphView] = field(default_factory=list)  # per-node relations, when asked for (not in JSON)
+    confirmation: Confirmation | None = None  # the proof run for real (a verified needs "confirmed")
 
     @property
     def exit_code(self) -> int:

@@ -238,7 +238,9 @@ def render_html(report: Report) -> str:
             f'{_esc(report.name or "case")} at world size {report.world_size}</h1>'
             + (f'<div>{seconds:.2f} s, {report.stats.get("nodes_seq", 0)} single-device and '
                f'{report.stats.get("nodes_dist", 0)} distributed nodes</div>' if seconds is not None else "")
-            + (f'<div class="reason">{_esc(report.reason)}</div>' if report.reason else "") + "</header>")
+            + (f'<div class="reason">{_esc(report.reason)}</div>' if report.reason else "")
+            + (f'<div class="confirmation confirmation-{report.confirmation.outcome}">'
+               f'{_esc(report.confirmation.describe())}</div>' if report.confirmation else "") + "</header>")
     body = ["<h2>outputs</h2>", _table(["output", "expected", "proved"],
                                        [[o.name, o.expected, o.holds or "not proved"] for o in report.outputs])]
     body += [_finding_html(i, f, _goto(report, f)) for i, f in enumerate(report.findings, 1)]

@@ -86,6 +86,10 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
     console.print(verdict_line(report))
     if report.reason:
         console.print(Text(report.reason, style="yellow"))
+    if report.confirmation is not None:
+        c = report.confirmation
+        style = {"confirmed": "green", "contradicted": "bold red"}.get(c.outcome, "yellow")
+        console.print(Text(c.describe() + (f"  [{c.seconds:.2f} s]" if c.seconds else ""), style=style))
     if report.parameters:
         console.print(_parameters(report))
         report_outputs = [o for o in report.outputs if not o.name.startswith(("grad:", "updated:"))]
