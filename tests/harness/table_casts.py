@@ -105,7 +105,7 @@ def bitwise_not(draw, op):
 def bitwise(draw, op):
     a = cast_source(draw, dts=(BOOL,) + INTS)
     if draw(st.booleans()):  # a Python scalar operand
-        c = draw(st.sampled_from([True, False])) if a.dtype == BOOL else draw(st.sampled_from([1, 3, 6, -1]))
+        c = draw(st.sampled_from([True, False])) if a.dtype == BOOL else draw(st.sampled_from([1, 3, 6, -1, 259]))
         return Draw(op, {"a": a}, (T("a"), c))
     shp = tuple(1 if draw(st.booleans()) and draw(st.booleans()) else s for s in a.shape)
     b = cast_values(draw, shp, a.dtype if draw(st.booleans()) else draw(st.sampled_from((BOOL,) + INTS)))
