@@ -112,3 +112,16 @@ def test_partial_sums_do_not_pass_through_affine_terms(args, kwargs):
     op = "aten.sub" if "rounding_mode" not in kwargs else "aten.div"
     a = torch.arange(1.0, 7.0, dtype=torch.float64).reshape(2, 3) * 1.25
     assert check_rule(Draw(op, {"a": a}, args, kwargs), {"a": Partial("sum")}, 3) == "unknown"
+
+
+def test_matmul_batch_dims_that_broadcast_locally_make_no_claim():
+    """Regression (found by the harness): a rank holding one of three batch rows of `a`
+    against all three of `b` -- torch broadcasts the 1 to 3; the rule claimed the batched
+    product of shape (3, 1, 5, 4). Now no claim (unknown)."""
+    from shardproof.relations.spec import Replicate
+    a = torch.arange(3 * 3 * 5 * 4, dtype=torch.float64).reshape(3, 3, 5, 4)
+    b = torch.arange(3 * 3 * 4 * 4, dtype=torch.float64).reshape(3, 3, 4, 4) % 7
+    lays = {"a": Slices(1, {0: (0, 1), 1: (1, 3)}), "b": Replicate()}
+    with pytest.raises(Unknown, match="broadcast"):
+        check_rule(Draw("aten.matmul", {"a": a, "b": b}, (T("a"), T("b"))), lays, 2)
+    assert check_rule(Draw("aten.matmul", {"a": a, "b": b}, (T("a"), T("b"))), {"a": Shard(1), "b": Shard(1)}, 3) == "checked"
