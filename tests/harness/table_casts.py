@@ -119,10 +119,9 @@ def as_strided(draw, op):
     """A sub-grid of the base's elements read through its storage: the base plain, transposed,
     offset in its buffer or expanded (stride 0); the view's strides are multiples of the
     base's own, its dims possibly permuted, its start an element of the base. On a rank the
-    local program reads the same sub-grid of its local (contiguous) tensor."""
-    x = draws.values(draw, draws.shape(draw, min_dims=1, max_dims=3, min_side=1, max_side=5), F64)
-    if not draws.MODE["rule"]:
-        x = strided(draw, x)
+    local program reads the same sub-grid of its local (contiguous) tensor. Strided bases in
+    the rule check too: the single-device node records the base's strides and offset."""
+    x = strided(draw, draws.values(draw, draws.shape(draw, min_dims=1, max_dims=3, min_side=1, max_side=5), F64))
     nd = x.dim()
     steps = [draw(st.sampled_from([1, 1, 2])) for _ in range(nd)]
     starts = [draw(st.integers(0, 2)) for _ in range(nd)]
@@ -132,8 +131,9 @@ def as_strided(draw, op):
 
     def args(s):
         shape = s["x"]
-        if draws.MODE["rule"] or tuple(shape) != tuple(x.shape):
-            strides, off = [int(np.prod(shape[i + 1:])) for i in range(len(shape))], 0  # a contiguous local
+        if tuple(shape) != tuple(x.shape):  # a rank's local tensor (contiguous); a replicated rank's
+            # program reads through the base's strides: its own storage, which the rule reads the same way
+            strides, off = [int(np.prod(shape[i + 1:])) for i in range(len(shape))], 0
         else:
             strides, off = fixed
         if window and tuple(strides) == tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape))):
