@@ -28,7 +28,7 @@ from shardproof.algebra.layout import Val, full, shape_of, vec_array
 from shardproof.algebra.terms import TermStore
 from shardproof.frontends.torch_capture import DTYPES
 from shardproof.ir.graph import Node, TensorType
-from shardproof.ops.registry import REGISTRY, RuleCtx, load_builtin
+from shardproof.ops.registry import REGISTRY, RuleCtx, failed_check, load_builtin, run_numerics
 from shardproof.relations.spec import Partial, RelationError
 
 load_builtin()
@@ -161,8 +161,10 @@ def check_numerics(d: Draw) -> None:
     expected = run_torch(d, d.inputs, args, kwargs)
     nargs = _map(args, lambda p: to_np(d.inputs[p.name]))
     nkwargs = _map(kwargs, lambda p: to_np(d.inputs[p.name]))
+    # what the engine's numerics take from the node (the output dtype, the input's storage layout)
+    node = _node(d, d.inputs, args, kwargs, expected, "numerics")
     with np.errstate(all="ignore"):
-        got = opdef.numerics(*_ir(nargs), **{k: _ir(v) for k, v in nkwargs.items()})
+        got = run_numerics(opdef, node, _ir(nargs), {k: _ir(v) for k, v in nkwargs.items()})
     exp = [to_np(o) for o in flat_outputs(expected) if isinstance(o, torch.Tensor)]
     if not exp:  # the kernel returns nothing (an assertion op)
         return
@@ -214,8 +216,10 @@ class Claims:
 
 
 def _node_type(out):
+    """As live capture records it: shape, dtype, strides and storage offset."""
     if isinstance(out, torch.Tensor):
-        return TensorType(tuple(out.shape), DTYPES.get(out.dtype, str(out.dtype)))
+        return TensorType(tuple(out.shape), DTYPES.get(out.dtype, str(out.dtype)), tuple(out.stride()),
+                          out.storage_offset())
     if isinstance(out, (list, tuple)):
         return tuple(_node_type(o) for o in out)
     return None
@@ -253,32 +257,22 @@ def local_inputs(d: Draw, layouts: dict, world: int, terms: TermStore, seed: int
     return seq_vals, ranks
 
 
-# known defects owned by another branch, kept out of the general draws (pinned by strict
-# xfail tests of their own); a test sets a key True to draw them
-MODE_KNOWN = {"zero_one_broadcast": False}
-
-
-def _zero_one_broadcast(tens: dict) -> bool:
-    """Whether operands meet with extents 0 and 1 on one (right-aligned) dim: numpy gives 0,
-    ``algebra/compute._aligned`` takes the max (1)."""
-    shapes = [tuple(t.shape) for t in tens.values()]
-    nd = max((len(s) for s in shapes), default=0)
-    for k in range(1, nd + 1):
-        sizes = {s[-k] for s in shapes if len(s) >= k}
-        if {0, 1} <= sizes:
-            return True
-    return False
-
-
 class Unknown(Exception):
     """The rule made no claim here (it raised, or the local program is not valid torch)."""
 
 
-def apply_rule(d: Draw, terms: TermStore, vals: dict, tensors: dict, args, kwargs, out, rank: int, world: int):
+def _node(d: Draw, tensors: dict, args, kwargs, out, name) -> Node:
     inputs = {k: Node(k, "input", type=_node_type(v)) for k, v in tensors.items()}
-    node = Node(f"{d.op}_r{rank}", d.op, _ir(_map(args, lambda p: inputs[p.name])),
+    return Node(f"{d.op}_{name}", d.op, _ir(_map(args, lambda p: inputs[p.name])),
                 {k: _ir(v) for k, v in _map(kwargs, lambda p: inputs[p.name]).items()}, _node_type(out))
+
+
+def apply_rule(d: Draw, terms: TermStore, vals: dict, tensors: dict, args, kwargs, out, rank: int, world: int):
+    node = _node(d, tensors, args, kwargs, out, f"r{rank}")
     ctx = RuleCtx(terms, node, rank, world)
+    reason = failed_check(REGISTRY[d.op], node)
+    if reason is not None:  # the engine reports the node unsupported: no claim
+        raise Unknown(f"check failed: {reason}")
     try:
         return REGISTRY[d.op].rule(ctx, *_ir(_map(args, lambda p: vals[p.name])),
                                    **{k: _ir(v) for k, v in _map(kwargs, lambda p: vals[p.name]).items()})
@@ -324,8 +318,6 @@ def check_rule(d: Draw, layouts: dict, world: int, seed: int = 0) -> str:
     for r, (tens, vals) in enumerate(ranks):
         for k, v in vals.items():
             claims.add(v, to_np(tens[k]), f"rank {r} input {k}")
-        if not MODE_KNOWN["zero_one_broadcast"] and _zero_one_broadcast(tens):
-            raise Unknown("an extent 0 broadcast against an extent 1: compute.py alignment (casts branch)")
         if not d.empty_ok and any(t.numel() == 0 for t in tens.values()):
             raise Unknown(f"rank {r} holds an empty tensor, on which this CPU kernel dies (SIGFPE)")
         try:

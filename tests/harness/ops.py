@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from shardproof.ops.registry import REGISTRY, load_builtin
 
-from . import table_reduce, table_views  # noqa: F401  (entries register themselves)
+from . import table_casts, table_reduce, table_views  # noqa: F401  (entries register themselves)
 from .table import ENTRIES  # noqa: F401  (re-exported)
 
 load_builtin()
@@ -20,10 +20,7 @@ def declared() -> list[str]:
 
 # op -> reason: failures the harness finds that belong to another branch (strict xfails:
 # when they are fixed, the xfail fails and must be removed)
-CASTS = "casts branch: value-changing casts are treated as the identity (issue 14, class 1)"
 AS_REAL = ("casts branch: view_as_real_copy is declared in the identity group of copies and casts, but it "
            "maps a complex tensor to a real one with a trailing dim of 2")
-XFAIL_NUMERICS: dict[str, str] = {"aten._to_copy": CASTS, "aten.to": CASTS, "aten.type_as": CASTS,
-                                  "aten.view_as_real_copy": AS_REAL}
-XFAIL_RULES: dict[str, str] = {"aten._to_copy": CASTS, "aten.to": CASTS, "aten.type_as": CASTS,
-                               "aten.view_as_real_copy": AS_REAL}
+XFAIL_NUMERICS: dict[str, str] = {"aten.view_as_real_copy": AS_REAL}
+XFAIL_RULES: dict[str, str] = {"aten.view_as_real_copy": AS_REAL}

@@ -60,13 +60,13 @@ def logical_not(draw, op):
 BINARY = {"add": NUMERIC, "sub": NUMERIC, "mul": NUMERIC, "div": FLOATS, "pow": FLOATS, "maximum": NUMERIC,
           "minimum": NUMERIC, "eq": NUMERIC, "ne": NUMERIC, "lt": NUMERIC, "le": NUMERIC, "gt": NUMERIC,
           "ge": NUMERIC, "logical_and": (BOOL, F64), "logical_or": (BOOL, F64), "bitwise_and": (BOOL, I64),
-          "bitwise_or": (BOOL, I64), "remainder": (F64, F32, I64), "floor_divide": (F64, F32, I64),
+          "bitwise_or": (BOOL, I64), "bitwise_xor": (BOOL, I64), "fmod": (F64, F32, I64), "remainder": (F64, F32, I64), "floor_divide": (F64, F32, I64),
           "rsub": (F64, F32, I64)}
 
 
 # ops whose aten schema takes a Python scalar as the second operand
 SCALAR_OK = {"add", "sub", "mul", "div", "pow", "eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or",
-             "remainder", "floor_divide", "rsub"}
+             "bitwise_xor", "fmod", "remainder", "floor_divide", "rsub"}
 
 
 @entry(*[A + n for n in BINARY])
@@ -74,12 +74,12 @@ def binary(draw, op):
     name = op[5:]
     dts = BINARY[name]
     a = tensor(draw, dts=dts, kind="positive" if name == "pow" else "any")
-    kind = "positive" if name in ("div", "remainder", "floor_divide", "pow") else "any"
+    kind = "positive" if name in ("div", "fmod", "remainder", "floor_divide", "pow") else "any"
     if name == "pow":
         kind = "small"
     if name in SCALAR_OK and draw(st.booleans()):  # a Python scalar operand
         c = draw(st.sampled_from([2, 3, -1, 0.5])) if a.dtype != BOOL else True
-        if name in ("bitwise_and", "bitwise_or") and a.dtype == I64:
+        if name.startswith("bitwise") and a.dtype == I64:
             c = draw(st.sampled_from([1, 3, 6]))
         if name == "rsub":
             return Draw(op, {"a": a}, (T("a"), c))
@@ -162,26 +162,7 @@ def copies(draw, op):
     return Draw(op, {"x": tensor(draw, dts=NUMERIC + (BOOL,))}, (T("x"),))
 
 
-CAST_TARGETS = (F64, F32, BF16, I64, BOOL)
-
-
-@entry(A + "_to_copy")
-def to_copy(draw, op):
-    x = tensor(draw, dts=NUMERIC + (BOOL,))
-    return Draw(op, {"x": x}, (T("x"),), {"dtype": draw(st.sampled_from(CAST_TARGETS))})
-
-
-@entry(A + "to")
-def to(draw, op):
-    x = tensor(draw, dts=NUMERIC + (BOOL,))
-    return Draw(op, {"x": x}, (T("x"), draw(st.sampled_from(CAST_TARGETS))))
-
-
-@entry(A + "type_as")
-def type_as(draw, op):
-    x = tensor(draw, dts=NUMERIC + (BOOL,))
-    o = tensor(draw, (1,), dts=CAST_TARGETS)
-    return Draw(op, {"x": x, "o": o}, (T("x"), T("o")), shard={"x": None, "o": []})
+# the casts (_to_copy, to, type_as, _to_dtype), roundings and bitwise ops: table_casts.py
 
 
 @entry(A + "_assert_tensor_metadata")

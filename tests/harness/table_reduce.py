@@ -252,10 +252,3 @@ def empty(draw, op):
     d = Draw(op, inputs, args)
     d.values = False
     return d
-
-
-@entry(A + "copy")
-def copy(draw, op):
-    dst = tensor(draw, dts=(F64, F32))
-    src = tensor(draw, dst.shape if draw(st.booleans()) else tuple(1 for _ in dst.shape), dts=(dst.dtype,))
-    return Draw(op, {"dst": dst, "src": src}, (T("dst"), T("src")))

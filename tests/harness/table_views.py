@@ -153,13 +153,6 @@ def repeat(draw, op):
     return Draw(op, {"x": x}, (T("x"), reps))
 
 
-@entry(A + "as_strided")
-def as_strided(draw, op):
-    x = tensor(draw, dts=(F64,), views=False, min_dims=2, max_dims=2)
-    return Draw(op, {"x": x}, lambda s: ((T("x"), [max(1, s["x"][0] - 1), 2], [s["x"][1], 1], 0)
-                                          if s["x"][1] >= 2 else (T("x"), [1], [1], 0), {}))
-
-
 @entry(A + "as_strided_scatter")
 def as_strided_scatter(draw, op):
     base = tensor(draw, (4, 3), dts=(F64,), views=False)

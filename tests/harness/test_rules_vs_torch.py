@@ -8,7 +8,7 @@ import torch
 
 from shardproof.relations.spec import Shard, Slices
 
-from .core import MODE_KNOWN, Draw, T, Unknown, check_rule, examples
+from .core import Draw, T, Unknown, check_rule, examples
 from .ops import ENTRIES, XFAIL_RULES, declared
 
 SETTINGS = settings(max_examples=examples(15), deadline=None, derandomize=True,
@@ -40,32 +40,20 @@ def test_rule_claims_hold_on_torch_values(op):
     run()
 
 
-# ---------------------------------------------------------------- known defects, pinned
+# ---------------------------------------------------------------- regressions (issue 14 class 4, fixed on the casts branch)
 
-def _check_known(d, lays, world):
-    MODE_KNOWN["zero_one_broadcast"] = True
-    try:
-        check_rule(d, lays, world)
-    finally:
-        MODE_KNOWN["zero_one_broadcast"] = False
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="casts branch: compute.py alignment keeps extent 1 where a rank selects "
-                          "none of a dim of extent 1 (issue 14, class 4)")
-def test_known_selection_of_an_extent_one_dim():
+def test_selection_of_an_extent_one_dim():
+    """A rank that selects none of a dim of extent 1 holds an empty tensor (not extent 1)."""
     x = torch.arange(3.0, dtype=torch.float64).reshape(1, 3)
-    _check_known(Draw("aten.exp", {"x": x}, (T("x"),)), {"x": Shard(0)}, 2)  # rank 1 holds no row
+    assert check_rule(Draw("aten.exp", {"x": x}, (T("x"),)), {"x": Shard(0)}, 2) == "checked"  # rank 1 holds no row
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="casts branch: compute.py alignment broadcasts extents 0 and 1 to 1 "
-                          "(torch: 0) (issue 14, class 4)")
-def test_known_zero_against_one_broadcast():
+def test_zero_against_one_broadcast():
+    """Extents 0 and 1 broadcast to 0, as in torch."""
     a = torch.arange(6.0, dtype=torch.float64).reshape(2, 3)
     b = a + 1
     lays = {"a": Slices(0, {0: (0, 1), 1: (1, 2)}), "b": Slices(0, {0: (0, 0), 1: (2, 2)})}
-    _check_known(Draw("aten.mul", {"a": a, "b": b}, (T("a"), T("b"))), lays, 2)  # (1, 3) * (0, 3)
+    check_rule(Draw("aten.mul", {"a": a, "b": b}, (T("a"), T("b"))), lays, 2)  # (1, 3) * (0, 3): no claim fails
 
 
 def test_the_harness_catches_a_wrong_rule(monkeypatch):
@@ -124,3 +112,16 @@ def test_partial_sums_do_not_pass_through_affine_terms(args, kwargs):
     op = "aten.sub" if "rounding_mode" not in kwargs else "aten.div"
     a = torch.arange(1.0, 7.0, dtype=torch.float64).reshape(2, 3) * 1.25
     assert check_rule(Draw(op, {"a": a}, args, kwargs), {"a": Partial("sum")}, 3) == "unknown"
+
+
+def test_matmul_batch_dims_that_broadcast_locally_make_no_claim():
+    """Regression (found by the harness): a rank holding one of three batch rows of `a`
+    against all three of `b` -- torch broadcasts the 1 to 3; the rule claimed the batched
+    product of shape (3, 1, 5, 4). Now no claim (unknown)."""
+    from shardproof.relations.spec import Replicate
+    a = torch.arange(3 * 3 * 5 * 4, dtype=torch.float64).reshape(3, 3, 5, 4)
+    b = torch.arange(3 * 3 * 4 * 4, dtype=torch.float64).reshape(3, 3, 4, 4) % 7
+    lays = {"a": Slices(1, {0: (0, 1), 1: (1, 3)}), "b": Replicate()}
+    with pytest.raises(Unknown, match="broadcast"):
+        check_rule(Draw("aten.matmul", {"a": a, "b": b}, (T("a"), T("b"))), lays, 2)
+    assert check_rule(Draw("aten.matmul", {"a": a, "b": b}, (T("a"), T("b"))), {"a": Shard(1), "b": Shard(1)}, 3) == "checked"

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .layout import permute as layout_permute, select as layout_select
+from .layout import permute as layout_permute, select as layout_select, slice_ as layout_slice
 from .layout import (Val, canon_vec, materialize, same_vec, shape_of, truncate, unmaterialize, vec_array, vec_key,
                      view_term)
 from .terms import TermStore
@@ -37,6 +37,12 @@ def _aligned(terms: TermStore, vals: list[Val], full_dims: Sequence[int] = ()) -
             d = k - (nd - len(v.vecs))
             return d if d >= 0 else None
         sizes = [shape_of(terms, v)[dim_of(v)] for v in vals if dim_of(v) is not None]
+        if 0 in sizes:  # numpy: extents 0 and 1 broadcast to 0 -- an operand of one element holds none of it
+            for i, v in enumerate(vals):
+                d = dim_of(v)
+                if d is not None and shape_of(terms, v)[d] == 1:
+                    vals[i] = layout_slice(terms, v, d, 0, 0)
+            sizes = [shape_of(terms, v)[dim_of(v)] for v in vals if dim_of(v) is not None]
         out_size = max(sizes) if sizes else 1
         # an operand holding one element of a longer term dim, broadcast: materialize it
         for i, v in enumerate(vals):

@@ -528,6 +528,10 @@ def _dot_nd(ctx: RuleCtx, a: Val, b: Val) -> Val:
     if nb == 2 or na == 1 or nb == 1:
         return compute.dot(ctx.terms, a, b, (), (), (na - 1,), (0,) if nb <= 2 else (nb - 2,))
     nbatch = na - 2
+    sa, sb = shape_of(ctx.terms, a), shape_of(ctx.terms, b)
+    if na == nb and tuple(sa[:nbatch]) != tuple(sb[:nbatch]):
+        # torch broadcasts batch dims (a local extent 1 against 3 is repeated): not a batched product
+        raise ValueError(f"matmul batch dims {tuple(sa[:-2])} and {tuple(sb[:-2])} broadcast: no rule")
     return compute.dot(ctx.terms, a, b, tuple(range(nbatch)), tuple(range(nbatch)), (na - 1,), (nb - 2,))
 
 

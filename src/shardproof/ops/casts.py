@@ -191,7 +191,13 @@ def _bitwise(name: str, fn, bool_term: str, commutative: bool):
     def numerics(*a, out_dtype=None, **k):
         if out_dtype == BOOL:  # bool operands may be held as 0/1 numbers: the logical op, as a bool
             return fn(*[np.asarray(x).astype(bool) if isinstance(x, np.ndarray) else bool(x) for x in a])
-        return fn(*[_as_int(x) if isinstance(x, np.ndarray) else x for x in a])
+        arrays = [_as_int(x) if isinstance(x, np.ndarray) else x for x in a]
+        ints = [x.dtype for x in arrays if isinstance(x, np.ndarray) and x.dtype.kind in "iu"]
+        # a Python int beside an integer tensor takes the tensor's dtype, wrapping as torch does
+        # (uint8 & -1 is x & 255; numpy refuses an out-of-range Python int)
+        arrays = [np.asarray(x, dtype=np.int64).astype(ints[0]) if ints and isinstance(x, int) and not isinstance(x, bool)
+                  else x for x in arrays]
+        return fn(*arrays)
     declare("aten." + name, numerics=numerics, rule=rule, shape=elementwise_shape, node_kwargs=_out_dtype,
             doc=f"{name}: logical on bool, bitwise on integers")
 
