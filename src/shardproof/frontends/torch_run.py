@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from ..case import Case
 from . import torch_capture as tc
+from .torch_collectives import _reduce_name
 from . import torch_train as tt
 from .torch_draws import draw_inputs, redraw, restore, snapshot
 
@@ -141,7 +142,7 @@ def _gloo_premul_sum() -> None:
         def premul(*args, _fn=fn, _source=source, _sig=inspect.signature(fn), **kwargs):
             bound = _sig.bind(*args, **kwargs)
             op = bound.arguments.get("op")
-            if op is None or tc._reduce_name(op) != "premul_sum":
+            if op is None or _reduce_name(op) != "premul_sum":
                 return _fn(*args, **kwargs)
             bound.arguments["op"] = dist.ReduceOp.SUM
             if _source == "tensor":  # in place
