@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from conftest import assert_proved_not_confirmed
 from shardproof.api import verify_dumps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,9 +41,10 @@ def _mutated(tmp_path, edits):
     return str(out)
 
 
-def test_megatron_gpt_pair_verifies_with_the_loss_replicated():
+def test_megatron_gpt_pair_is_proved_with_the_loss_replicated():
+    # proved, but the real dump (about 27 GiB to execute) cannot be confirmed by execution here
     report = _verify()
-    assert report.status == "verified", report.reason
+    assert_proved_not_confirmed(report)
     assert [(o.name, o.holds) for o in report.outputs] == [("div_2", "Replicate()")]
 
 
@@ -78,9 +80,9 @@ def test_constant_changed_on_one_rank(tmp_path):
     assert f.counterexample["single_device"] != f.counterexample["distributed"]
 
 
-def test_cli_verifies_the_pair_and_prints_the_assumed_relations():
+def test_cli_proves_the_pair_and_prints_the_assumed_relations():
     cli = [sys.executable, "-m", "shardproof.cli"]
     done = subprocess.run(cli + ["verify", "--seq", SEQ, "--dist", DIST, "--relations", RELATIONS, "--auto-relations"],
                           capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "VERIFIED" in done.stdout and "primals_2" in done.stdout
+    assert done.returncode == 2, done.stdout + done.stderr  # proved, not confirmed here (too large to run)
+    assert "proved, but not confirmed by execution" in done.stdout and "primals_2" in done.stdout

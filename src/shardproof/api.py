@@ -403,7 +403,7 @@ def confirm(p: Prepared, report: Report, draws: int = CONFIRM_DRAWS) -> Report:
     if draws < 0:
         return settle(report, Confirmation(by, 0, "skipped", "not run (--no-confirm)"))
     try:
-        big = too_large([p.seq] + p.dist.graphs)
+        big = too_large([p.seq] + p.dist.graphs) if p.case is not None else None  # dumps: their memory estimate
         if big:
             raise Unconfirmable(f"too large to execute here: {big}")
         runs = _execute(p, [None] + list(range(1, draws + 1)))
@@ -441,12 +441,13 @@ def _execute(p: Prepared, seeds: list) -> list:
 
 
 EXEC_BYTES = 4 << 30  # dumps: the most memory executing the graphs here may take
+EXEC_BYTES_PER_DRAW = 1 << 30  # dumps needing more than this run one value set, not several
 
 
 def _execute_graphs(p: Prepared, seeds: list) -> list:
     """Dumps: the graphs run with torch's kernels and the collectives computed across ranks
     (:mod:`shardproof.frontends.torch_exec`), on inputs drawn through the proved relations."""
-    from .engine.confirm import Execution, Unconfirmable
+    from .engine.confirm import Unconfirmable
     try:
         from .frontends import torch_exec
     except ImportError as exc:
@@ -457,17 +458,24 @@ def _execute_graphs(p: Prepared, seeds: list) -> list:
         if need > EXEC_BYTES:
             raise Unconfirmable(f"too large to execute here: about {need / 2**30:.1f} GiB (the largest tensor, "
                                 f"{name}, is {size / 2**20:.0f} MiB)")
+        if need > EXEC_BYTES_PER_DRAW:  # a large graph: one value set (the report says how many ran)
+            seeds = seeds[:1]
+    return _graph_runs(p, torch_exec, len(seeds))
+
+
+def _graph_runs(p: Prepared, torch_exec, n: int):
+    """The value sets, executed one at a time as the judge asks for them (a large graph's
+    values are dropped before the next set runs)."""
+    from .engine.confirm import Execution, Unconfirmable
     draw = getattr(torch_exec, "draw_program_inputs", None)
-    runs = []
-    for i in range(len(seeds)):
+    for i in range(n):
         s_in, d_in = (draw(p.seq, p.dist, p.bindings, i) if draw is not None
                       else numeric_inputs(p.seq, p.dist, p.bindings, p.examples, i))
         try:
             s_out, d_out = torch_exec.execute(p.seq, p.dist, s_in, d_in)
         except Exception as exc:  # noqa: BLE001  (a graph torch cannot run: not confirmed, said so)
             raise Unconfirmable(f"executing the graphs with torch failed: {type(exc).__name__}: {exc}") from None
-        runs.append(Execution(f"draw {i + 1}", s_in, s_out, d_in, d_out))
-    return runs
+        yield Execution(f"draw {i + 1}", s_in, s_out, d_in, d_out)
 
 
 def parameter_table(p: Prepared, report: Report) -> list[dict]:

@@ -18,19 +18,8 @@ import torch  # noqa: E402
 from gloo_run import gloo_outcome, load, pair_files  # noqa: E402
 from shardproof.api import verify_case  # noqa: E402
 
-# the classes of issue 14 whose fixes the failing pairs wait for
-CAST = "casts: a value-changing cast is treated as the identity (issue 14, class 1)"
-ROOT = "collectives: broadcast src in a subgroup read as a group rank (issue 14, class 2)"
-BUFFER = "collectives: a non-contiguous receive buffer modelled as a clean copy (issue 14, class 3)"
-SPLITS = "collectives: per-rank all_to_all split sizes rejected as a mismatch (issue 14, class 8)"
-EXTENT = "relations: a constant fill or expand keeps the local extent (issue 14, class 4)"
-AMBIGUOUS = "relations: a constant parameter matches every layout (issue 14, class 5)"
-IGNORE = "relations: ignore_index targets assumed absent (issue 14, class 7)"
-
-# pair -> the class whose fix it waits for (shardproof gets it wrong today)
-FAILING: dict[str, str] = {
-    "cast_bf16_partial": CAST, "dtype_half_partial_sum": CAST,
-}
+# pair -> the defect class shardproof still gets wrong on it (a strict xfail: empty when none is open)
+FAILING: dict[str, str] = {}
 
 
 def _name(path):

@@ -56,10 +56,8 @@ def _cast_dtype(dist):
         new = "i64" if n.type.dtype in FLOATS else "b8" if n.type.dtype != "b8" else None
         if new is None:
             continue
-        source = n.args[0].type.dtype if isinstance(n.args[0], Node) and isinstance(n.args[0].type, TensorType) else ""
         yield Mutant("cast-dtype", f"{n.name} casts to {new} instead of {n.type.dtype}", n.name, ALL_RANKS,
-                     _edit(dist, _every_rank(dist), lambda g, r, name=n.name, new=new: _retype(g.node(name), new)),
-                     value_changing=source in FLOATS)
+                     _edit(dist, _every_rank(dist), lambda g, r, name=n.name, new=new: _retype(g.node(name), new)))
     for i, (_, coll) in enumerate(_waited(g0, REDUCING)):
         x = coll.args[0]
         if not isinstance(x, Node) or not isinstance(x.type, TensorType) or x.type.dtype not in FLOATS:
@@ -74,7 +72,7 @@ def _cast_dtype(dist):
                 g.nodes[at:at] = [down, back]
                 _set_arg(c, 0, back)
             yield Mutant("cast-dtype", f"the partial input of {coll.name} cast to {via} and back before it", coll.name,
-                         ALL_RANKS, _edit(dist, _every_rank(dist), truncate), value_changing=True)
+                         ALL_RANKS, _edit(dist, _every_rank(dist), truncate))
 
 
 # ---------------------------------------------------------------- rooted collectives

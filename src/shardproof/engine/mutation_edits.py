@@ -18,10 +18,7 @@ WAIT = COLLECTIVE + "wait_tensor"
 class Mutant:
     """A mutated program; a mutant of the inputs' layouts (a loader reading another block)
     or of the example data (targets with ignore_index) carries its own `bindings` or
-    `examples`, used instead of the case's when it is judged. `value_changing`: the
-    operator knows the mutant changes values on generic inputs (a random float truncated
-    to an int), so a verified one is unsound even where the numeric evaluator, which
-    models the mutated op with the same rule, sees no difference."""
+    `examples`, used instead of the case's when it is judged."""
     operator: str
     what: str
     node: str
@@ -29,7 +26,6 @@ class Mutant:
     program: DistributedProgram
     bindings: Optional[dict] = None
     examples: Optional[dict] = None
-    value_changing: bool = False
 
 
 @dataclass

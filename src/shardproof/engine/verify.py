@@ -38,7 +38,7 @@ ASSUMPTIONS = [
     "(to bf16/f16, f64 -> f32) and casts to int or bool are modelled exactly (their rounding is a term)",
     "random ops (dropout) draw the same randomness for corresponding elements",
     "uninitialized (empty) buffers carry no value",
-    "class targets and token ids are valid indices (no ignore_index entries)",
+    "class targets and token ids are valid indices, none equal to ignore_index (checked against the example inputs)",
 ]
 VIEW_TERMS = ("reshape", "permute")
 ENGINE_STAGES = ("interpreting both programs symbolically", "checking the outputs",

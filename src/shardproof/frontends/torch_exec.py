@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from ..engine.lockstep import run_lockstep
+from ..ops.registry import lookup
 from ..ir.graph import DistributedProgram, Graph, Node, TensorType
 from .torch_exec_ops import COLLECTIVES, FRAMEWORK, HELD, LOW_PRECISION, PYTHON, XLA
 
@@ -119,7 +120,11 @@ def _run_op(node: Node, args, kwargs):
         return args[0][args[1]]
     kernel = _aten(op)
     if kernel is None:
-        raise NotExecutable(op, "no torch kernel and no entry in the executor's table", node.name)
+        opdef = lookup(op)
+        kernel = opdef.torch_impl if opdef is not None else None
+    if kernel is None:
+        raise NotExecutable(op, "no torch kernel, no entry in the executor's table and no torch_impl declared "
+                                "for it", node.name)
     if _deterministic_dropout(op, args, kwargs):  # not torch's kernel: on CUDA, p = 0 still drops
         x = args[0]                                  # an element now and then (uniform draws reach 1.0)
         return (x.clone(), torch.ones_like(x, dtype=torch.bool)) if op == "aten.native_dropout" else x.clone()

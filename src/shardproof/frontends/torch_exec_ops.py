@@ -350,14 +350,15 @@ def _c10d_all_to_all(values, args):
     """all_to_all_single: sender j cuts its rows by its own input split sizes (equal
     blocks when None); receiver i concatenates the i-th pieces and must expect their sizes."""
     n = len(values)
+    outs_all, ins_all = args[0][0], args[0][1]  # every member's splits, as the op's `match` pairs them
     pieces = []
-    for v, (out_splits, in_splits, *_rest) in zip(values, args):
+    for v, in_splits in zip(values, ins_all):
         splits = list(in_splits) if in_splits else [v.shape[0] // n] * n
         if sum(splits) != v.shape[0] or len(splits) != n:
             raise ValueError(f"input split sizes {splits} for {v.shape[0]} rows over {n} ranks")
         pieces.append(list(v.split(splits, 0)))
     outs = []
-    for i, (out_splits, *_rest) in enumerate(args):
+    for i, out_splits in enumerate(outs_all):
         got = [pieces[j][i].shape[0] for j in range(n)]
         if out_splits and list(out_splits) != got:
             raise ValueError(f"rank {i} of the group expects {list(out_splits)} rows, its peers send {got}")

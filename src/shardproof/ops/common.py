@@ -33,7 +33,7 @@ def elementwise_shape(*args, **kwargs):
 
 
 def elementwise_op(name: str, fn: Callable, *, commutative: bool = False, term: str | None = None,
-                   doc: str = "") -> None:
+                   doc: str = "", torch_impl: Callable | None = None) -> None:
     """Declare an elementwise op: exact on any common selection of its operands."""
     term_op = term or name.split(".")[-1]
     if commutative:
@@ -43,7 +43,8 @@ def elementwise_op(name: str, fn: Callable, *, commutative: bool = False, term: 
         return compute.elementwise(ctx.terms, term_op, template(args, kwargs), tensor_args(args),
                                    commutative=commutative)
 
-    declare(name, numerics=fn, rule=rule, shape=elementwise_shape, doc=doc or f"elementwise {term_op}")
+    declare(name, numerics=fn, rule=rule, shape=elementwise_shape, doc=doc or f"elementwise {term_op}",
+            torch_impl=torch_impl)
 
 
 def identity_op(names, doc: str) -> None:

@@ -45,6 +45,9 @@ class OpDef:
     check: Callable[[Any], str | None] | None = None
     """``check(node)``: None when the rule applies to this node, else the reason it does not
     (a convention that does not hold here); the engine then answers unknown, naming the op."""
+    torch_impl: Callable[..., Any] | None = None
+    """For ops torch has no kernel for (a plug-in's): the op on torch tensors, which the
+    execution confirmation of graph dumps runs (written apart from the numpy numerics)."""
     node_kwargs: Callable[[Any], dict] | None = None
     """``node_kwargs(node)``: keyword arguments the numerics take from the graph node itself
     (the storage layout of an operand), added to the node's own."""
@@ -58,10 +61,10 @@ REGISTRY: dict[str, OpDef] = {}
 
 
 def declare(names: str | tuple[str, ...], *, numerics, rule, shape=None, collective=False, doc="",
-            assumes: str = "", match=None, check=None, node_kwargs=None) -> OpDef:
+            assumes: str = "", match=None, check=None, node_kwargs=None, torch_impl=None) -> OpDef:
     names = (names,) if isinstance(names, str) else names
     opdef = OpDef(names[0], numerics, rule, shape, collective, doc, assumes=assumes, match=match, check=check,
-                  node_kwargs=node_kwargs)
+                  node_kwargs=node_kwargs, torch_impl=torch_impl)
     for n in names:
         REGISTRY[n] = opdef
     return opdef
