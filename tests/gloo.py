@@ -70,7 +70,7 @@ def _as_tensors(result):
 
 def _rank_main(rank: int, world: int, port: int, path: str, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=15))
     try:
         case = load_case(path, world)
         data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
@@ -139,7 +139,7 @@ def agrees(path: str, world_size: int, tol: float = 1e-6) -> bool:
 
 def _train_main(rank: int, world: int, port: int, path: str, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=15))
     try:
         from dataclasses import replace
         case = load_case(path, world)
