@@ -18,9 +18,7 @@ def declared() -> list[str]:
     return sorted(n for n in REGISTRY if n.startswith(CHECKED))
 
 
-# op -> reason: failures the harness finds that belong to another branch (strict xfails:
-# when they are fixed, the xfail fails and must be removed)
-AS_REAL = ("casts branch: view_as_real_copy is declared in the identity group of copies and casts, but it "
-           "maps a complex tensor to a real one with a trailing dim of 2")
-XFAIL_NUMERICS: dict[str, str] = {"aten.view_as_real_copy": AS_REAL}
-XFAIL_RULES: dict[str, str] = {"aten.view_as_real_copy": AS_REAL}
+# op -> reason: failures the harness finds that are not fixed yet (strict xfails: when fixed,
+# the xfail fails and must be removed); empty when none is open
+XFAIL_NUMERICS: dict[str, str] = {}
+XFAIL_RULES: dict[str, str] = {}

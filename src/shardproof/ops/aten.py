@@ -177,8 +177,17 @@ declare(T + "dropout", numerics=lambda x, p, train=True: _dropout_num(x, p, trai
         rule=lambda ctx, x, p, train=True: _dropout_rule(ctx, x, p, train)[0], doc="dropout, same-mask convention")
 
 identity_op((T + "clone", T + "contiguous", T + "alias", T + "detach", T + "lift_fresh_copy",
-             T + "_assert_tensor_metadata", T + "view_as_real_copy"),
+             T + "_assert_tensor_metadata"),
             "copies keep the value (dtype casts: ops/casts.py)")
+
+
+def _no_complex_rule(ctx: RuleCtx, x, *args, **kwargs):
+    raise ValueError("complex tensors have no relation rules yet")
+
+
+declare(T + "view_as_real_copy", numerics=lambda x: np.stack([np.real(x), np.imag(x)], axis=-1),
+        rule=_no_complex_rule, shape=lambda x: (*x, 2),
+        doc="a complex tensor's real and imaginary parts in a new trailing dim (no relation rule yet)")
 
 # ------------------------------------------------------------------ views
 
