@@ -89,11 +89,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_case_file(path: str, world_size: int, timeout: float = 120) -> GlooRun:
+def _spawn_ranks(target, path: str, world_size: int, timeout: float) -> dict:
+    """Run ``target(rank, world, port, path, queue)`` in one spawned process per rank;
+    {rank: its result} for the ranks that answered within `timeout` (a hang leaves some out)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, os.path.abspath(path), queue))
+    procs = [ctx.Process(target=target, args=(r, world_size, port, os.path.abspath(path), queue))
              for r in range(world_size)]
     for p in procs:
         p.start()
@@ -109,6 +111,11 @@ def run_case_file(path: str, world_size: int, timeout: float = 120) -> GlooRun:
         if p.is_alive():
             p.terminate()
             p.join()
+    return results
+
+
+def run_case_file(path: str, world_size: int, timeout: float = 120) -> GlooRun:
+    results = _spawn_ranks(_rank_main, path, world_size, timeout)
     case = load_case(path, world_size)
     ranks = [results.get(r, "no result (hang)") for r in range(world_size)]
     return GlooRun(_call(case.single, dict(case.inputs)), ranks, case.expect)
@@ -158,23 +165,14 @@ def _train_main(rank: int, world: int, port: int, path: str, queue) -> None:
 def training_gradients(path: str, world_size: int, timeout: float = 300) -> tuple[dict, list]:
     """A training case's gradients, no clipping nor optimizer: (single-device {param: grad},
     [each gloo rank's {param: grad}]); the loss is the case's ``train.loss``."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_train_main, args=(r, world_size, port, os.path.abspath(path), queue))
-             for r in range(world_size)]
-    for p in procs:
-        p.start()
-    results = {rank: _as_tensors(value) for rank, value in (queue.get(timeout=timeout) for _ in procs)}
-    for p in procs:
-        p.join(timeout)
+    results = _spawn_ranks(_train_main, path, world_size, timeout)
     case = load_case(path, world_size)
     single = case.single
     forward_inputs = {k: v for k, v in case.inputs.items() if k == "x"}
     loss = case.train.loss(single(**forward_inputs), case.inputs)
     params = dict(single.named_parameters())
     grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
-    return grads, [results[r] for r in range(world_size)]
+    return grads, [results.get(r, "no result (hang)") for r in range(world_size)]
 
 
 def _gloo_rank(rank: int, world: int, port: int, module: str, name: str, folder: str) -> None:
