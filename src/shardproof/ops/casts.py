@@ -93,14 +93,9 @@ def convert(x, dtype):
     return as_float(x)
 
 
-def _target(node) -> str | None:
-    ty = getattr(node, "type", None)
-    return getattr(ty, "dtype", None)
-
-
 def _cast(ctx: RuleCtx, x: Val, src_node) -> Val:
     """`x` (the value of `src_node`) converted to the dtype of the node's output."""
-    src, dst = _dtype_of(src_node), _target(ctx.node) or ctx.node.kwargs.get("dtype")
+    src, dst = _dtype_of(src_node), _dtype_of(ctx.node) or ctx.node.kwargs.get("dtype")
     if dst is None or (src is None and _kind(dst) == "f") or (src is not None and preserves(src, dst)):
         return x  # no conversion, or one the precision convention covers; an unknown source: the term
     return compute.elementwise(ctx.terms, "cast", (dst,), [x])
@@ -113,7 +108,7 @@ def cast_rule(ctx: RuleCtx, x, *args, **kwargs):
 
 def _out_dtype(node) -> dict:
     """The numerics convert to the dtype the graph records for the output, where it does."""
-    return {"out_dtype": _target(node)}
+    return {"out_dtype": _dtype_of(node)}
 
 
 def _to_num(x, *args, dtype=None, out_dtype=None, **kwargs):
