@@ -35,6 +35,18 @@ add: "f32[4, 4]" = torch.ops.aten.add.Tensor({"wait_tensor" if reduce else "mm"}
 return (add,)''')
 
 
+def page_data(page: str) -> dict:
+    """The graph data a page embeds (its script draws the columns from it)."""
+    return json.loads(re.search(r'<script type="application/json" id="graph-data">(.*?)</script>', page, re.S)
+                      .group(1).replace("<\\/", "</"))
+
+
+def column_nodes(data: dict, c: int) -> dict:
+    """{node name: status} of column `c` of a page's graph data."""
+    col, s = data["cols"][c], data["s"]
+    return {s[n]: ("related", "violated", "unknown", "unreached", "unmatched")[st] for n, st in zip(col["name"], col["st"])}
+
+
 def write(folder, files: dict) -> str:
     os.makedirs(folder, exist_ok=True)
     for name, text in files.items():
@@ -80,7 +92,11 @@ def test_html_is_self_contained_with_both_graphs_and_the_finding(dumps, tmp_path
     assert main(["verify", "--seq", seq, "--dist", bug, "--relations", rel, "--html", str(out)]) == 1
     assert f"HTML report: {out}" in capsys.readouterr().out
     page = out.read_text()
-    assert page.count("<svg") == 3 and 'class="node s-violated finding' in page
+    data = page_data(page)
+    assert [c["label"] for c in data["cols"]] == ["single-device", "rank 0", "rank 1"]
+    for c in (1, 2):  # the finding's node, outlined on both ranks
+        col = data["cols"][c]
+        assert [data["s"][col["name"][i]] for i in col["fin"]] == ["add"] and column_nodes(data, c)["add"] == "violated"
     assert not re.search(r"<link|<img|\bsrc=|@import|url\(", page), "the page must fetch nothing"
     assert set(re.findall(r"https?://[^\s\"']+", page)) <= {"http://www.w3.org/2000/svg"}
     href = "file://" + os.path.abspath("model.py") + "#L4"
@@ -93,7 +109,9 @@ def test_html_of_a_case_file(tmp_path):
     out = tmp_path / "tp_mlp.html"
     assert main(["verify", os.path.join(ROOT, "src", "shardproof", "zoo", "tp_mlp.py"), "--html", str(out)]) == 0
     page = out.read_text()
-    assert page.count("<svg") == 3 and "VERIFIED" in page and 'class="node s-violated' not in page
+    data = page_data(page)
+    assert len(data["cols"]) == 3 and "VERIFIED" in page
+    assert all("violated" not in column_nodes(data, c).values() for c in range(3))
 
 
 def _chromium() -> str:
