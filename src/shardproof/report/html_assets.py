@@ -3,7 +3,7 @@ script draws only the columns on view, each node as one box with its shape and r
 on it, and checks its own layout (node boxes apart, the details panel off the graphs,
 a shape on every node) into ``#selfcheck`` for the browser tests."""
 
-ROW, BOX_W, ARC_W = 38, 300, 52
+ROW, BOX_W, ARC_W = 38, 262, 40
 
 CSS = """
 body{font:13px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#fafbfc}
@@ -48,7 +48,7 @@ code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-s
 .node.out .nm{font-weight:bold}
 .node.sel{outline:3px solid #1f4fd6;outline-offset:-3px}
 .node.peer{outline:3px solid #7a3fd1;outline-offset:-3px}
-#details{flex:0 0 360px;position:sticky;top:8px;max-height:calc(100vh - 16px);overflow:auto;background:#fff;
+#details{flex:0 0 330px;position:sticky;top:8px;max-height:calc(100vh - 16px);overflow:auto;background:#fff;
   border:1px solid #aab3c2;box-shadow:0 2px 10px rgba(0,0,0,.15);padding:8px 12px;margin-top:14px;display:none;
   box-sizing:border-box}
 #details h4{margin:0 0 4px;word-break:break-all}
@@ -138,11 +138,12 @@ JS = r"""
     var src = S[col.src[i]], href = D.href[col.src[i]];
     var source = src ? (href ? '<a href="'+esc(href)+'">'+esc(src)+'</a>' : esc(src)) : 'unknown';
     var sh = shapeText(col,i), rels;
-    if(col.ranks.length > 1 && v.rank === null){
+    if(col.ranks.length > 1 && v.rank === null && col.vary[i]){
       rels = '<div><b>relation</b> on each rank</div><ul>'+col.ranks.map(function(r,k){
         return '<li>rank '+r+': '+esc(rel(v.c,i,k))+'</li>';}).join('')+'</ul>';
     } else {
-      rels = '<div><b>relation</b> '+esc(rel(v.c,i,v.rank === null ? 0 : col.ranks.indexOf(v.rank)))+'</div>';
+      rels = '<div><b>relation</b> '+(col.ranks.length > 1 && v.rank === null ? 'on every rank: ' : '')+
+        esc(rel(v.c,i,v.rank === null ? 0 : col.ranks.indexOf(v.rank)))+'</div>';
     }
     var d = document.getElementById('details');
     d.innerHTML = '<h4>'+esc(label(v))+': '+esc(name)+'</h4>'+
@@ -159,11 +160,13 @@ JS = r"""
     if(e) select(+e.dataset.g, +e.dataset.i, false);
   });
   var chooser = document.getElementById('rank-choice');
-  if(chooser) chooser.addEventListener('change', function(){
-    if(chooser.value === '') return render(defaultView());
-    var r = +chooser.value, c = D.cols.findIndex(function(col){return col.ranks.indexOf(r) >= 0;});
-    render([{c:0, rank:null}, {c:c, rank:r}]);
-  });
+  function choose(value){
+    if(value === '') return render(defaultView());
+    var r = +value, c = D.cols.findIndex(function(col){return col.ranks.indexOf(r) >= 0;});
+    if(c < 0) return render(defaultView());
+    render(D.cols[0].ranks[0] === null ? [{c:0, rank:null}, {c:c, rank:r}] : [{c:c, rank:r}]);
+  }
+  if(chooser) chooser.addEventListener('change', function(){ choose(chooser.value); });
   function gotoNode(c,i){
     var g = view.findIndex(function(v){return v.c === c;});
     if(g < 0){ if(chooser) chooser.value = ''; render(defaultView()); g = c; }
@@ -176,7 +179,9 @@ JS = r"""
       gotoNode(+p[0], +p[1]);
     });
   });
-  render(defaultView());
+  // report.html#rank=3 opens with rank 3 beside the single device
+  var wanted = location.hash.match(/^#rank=(\d+)$/);
+  if(wanted && chooser){ chooser.value = wanted[1]; choose(wanted[1]); } else render(defaultView());
   // report.html#finding opens with the first finding's node selected
   var first = document.querySelector('[data-goto]');
   if(location.hash === '#finding' && first){ var q = first.dataset.goto.split(':'); gotoNode(+q[0], +q[1]); }

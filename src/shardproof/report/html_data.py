@@ -91,6 +91,16 @@ def shape_check(node: NodeView, counterpart: NodeView | None, world_size: int) -
     return 2
 
 
+def _counterpart(node: NodeView, of: int, seq: GraphView | None, seq_index: dict) -> int:
+    """The single-device node whose shape `node`'s is compared with: for a node with no
+    relation or the finding's, the same-named one of the same op; else the one it holds
+    (not one it is only a view of); -1 for none."""
+    same = seq_index.get(node.name, -1)
+    if node.status in ("violated", "unknown") and same >= 0 and seq.nodes[same].op == node.op:
+        return same
+    return -1 if node.relation.split("; ")[-1].startswith(("a view", "a piece", "a concat")) else of
+
+
 class _Strings:
     def __init__(self):
         self.items: list[str] = []
@@ -138,10 +148,7 @@ def _column(s: _Strings, label: str, members: list[GraphView], ranks: list[int |
             col["vary"][str(i)] = vary
         of = seq_index.get(n.of, -1) if n.of else -1
         col["of"].append(of)
-        cmp = of
-        if cmp < 0 and n.status in ("violated", "unknown") and n.name in seq_index \
-                and seq.nodes[seq_index[n.name]].op == n.op:
-            cmp = seq_index[n.name]  # no relation: the same-named single-device node of the same op
+        cmp = _counterpart(n, of, seq, seq_index)
         col["cmp"].append(cmp)
         col["sd"].append(shape_check(n, seq.nodes[cmp] if cmp >= 0 else None, world_size))
         col["in"].append([index[x] for x in dict.fromkeys(n.inputs) if x in index and index[x] < i])
