@@ -40,10 +40,11 @@ def _describe(rel) -> str:
             "packed": f"a concatenation of tensors (one of them {rel.seq_node.name})"}[rel.kind]
 
 
-def _across_ranks(name: str, dist: DistributedProgram, status: list) -> str:
-    """The relation the ranks' pieces of tensor `name` form together (Shard, Replicate, ...)."""
+def _across_ranks(name: str, dist: DistributedProgram, status: list, by_name: list[dict]) -> str:
+    """The relation the ranks' pieces of tensor `name` form together (Shard, Replicate, ...);
+    `by_name` maps each rank's node names to its nodes."""
     from .verify import summarize
-    rels = [status[r].get(g.node(name)) if g.has(name) else None for r, g in enumerate(dist.graphs)]
+    rels = [status[r].get(nodes[name]) if name in nodes else None for r, nodes in enumerate(by_name)]
     if any(rel is None or rel.kind != "held" or rel.positions is None for rel in rels):
         return ""
     seq = rels[0].seq_node
@@ -92,6 +93,8 @@ def graph_views(run, seq: Graph, dist: DistributedProgram, status: list, finding
     finding = findings[0] if findings else None
     holders: dict[str, list[str]] = {}
     views = []
+    by_name = [{n.name: n for n in g.nodes} for g in dist.graphs]
+    across: dict[str, str] = {}  # the same for every rank: computed once per name
     for r, g in enumerate(dist.graphs):
         outputs_of: dict[Node, list] = {}
         for n in g.nodes:
@@ -106,7 +109,9 @@ def graph_views(run, seq: Graph, dist: DistributedProgram, status: list, finding
                 of = finding.counterpart
             if rel is not None and rel.kind in ("held", "partial"):
                 holders.setdefault(of, []).append(f"rank {r}: {n.name}" + (" (a partial sum)" if rel.partial else ""))
-                together = _across_ranks(n.name, dist, status)
+                if n.name not in across:
+                    across[n.name] = _across_ranks(n.name, dist, status, by_name)
+                together = across[n.name]
                 text += f" (across ranks: {together})" if together else ""
             nodes.append(_node_view(n, state, text, of))
         views.append(GraphView(f"rank {r}", nodes, [o.name for o in g.outputs.values()]))

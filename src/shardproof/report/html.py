@@ -1,15 +1,19 @@
-"""The HTML report: one self-contained page (inline CSS, JS and SVG; nothing fetched) with
-the verdict, the findings, and the single-device graph beside each rank's graph.
+"""The HTML report: one self-contained page (inline CSS, JS and data; nothing fetched) with
+the verdict, the findings, and the single-device graph beside the ranks' graphs.
 
-Each graph is drawn as a column of its nodes in dataflow order, with its edges as arcs on
-the left: readable for the few hundred nodes of a transformer layer, and laid out in linear
-time. Nodes are coloured by their relation status (related / violated / unknown /
-unreached; single-device nodes no rank holds are 'unmatched'); the first finding's node is
-outlined. Hovering a node shows its relation; clicking it shows the details and highlights
-its inputs, the same tensor on the other ranks, and the single-device tensor it relates to.
-Opening ``report.html#finding`` selects the first finding's node. The report needs
-``report.graphs`` (verify with ``views=True``); without it the page shows the verdict and
-findings only.
+Each graph is a column of its nodes in dataflow order, edges as arcs on the left; every node
+shows its shape and its relation to the single-device program, a shape that differs from its
+single-device counterpart's where nothing explains it highlighted. From three ranks, ranks
+whose graphs are identical up to rank constants share a column ("ranks 0–7 (identical)"); a
+chooser (or ``report.html#rank=R``) shows one rank beside the single device. Nodes are
+coloured by relation status (related / violated / unknown / unreached; single-device nodes no
+rank holds are 'unmatched'); the first finding's node is outlined. Clicking a node opens the
+details in a side panel beside the graphs and highlights its inputs, the same tensor on the
+other ranks and the single-device tensor it relates to; ``report.html#finding`` opens with
+the first finding's node selected. The page carries its graphs as one deduplicated table
+(:mod:`.html_data`) and its script (:mod:`.html_assets`) draws only the columns on view, so
+an 8-layer TP-8 program stays a few hundred kB. It needs ``report.graphs`` (verify with
+``views=True``); without them the page shows the verdict and findings only.
 """
 from __future__ import annotations
 
