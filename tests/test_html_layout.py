@@ -13,7 +13,8 @@ import pytest
 
 from shardproof.api import verify_dumps
 from shardproof.cli import main
-from shardproof.report.html_data import rank_label
+from shardproof.engine.result import NodeView
+from shardproof.report.html_data import rank_label, shape_check
 from test_html_report import _browse, column_nodes, dump, page_data, write
 
 WORLD, BAD_RANK = 8, 3
@@ -59,6 +60,26 @@ def test_rank_labels():
     assert rank_label(list(range(8)), 8) == "ranks 0–7 (identical)"
     assert rank_label([0, 1, 2, 4, 5, 6, 7], 8) == GROUP
     assert rank_label([0, 1, 5], 8) == "ranks 0, 1, 5 (identical)"
+
+
+def _node(shape: str, status: str, relation: str) -> NodeView:
+    return NodeView("view", "aten.view", [], shape, status, relation)
+
+
+def test_a_shape_is_flagged_only_where_no_relation_explains_it():
+    seq = _node("f32[16, 6]", "violated", "")
+    # the finding expected Shard(1), but the rank halved dim 0 (pytorch#179502's sharded view)
+    assert shape_check(_node("f32[8, 6]", "violated", "the first finding: expected Shard(1) of sin"), seq) == 2
+    assert shape_check(_node("f32[16, 3]", "violated", "the first finding: expected Shard(1) of sin"), seq) == 1
+    assert shape_check(_node("f32[8, 6]", "violated", "the first finding: expected Replicate() of sin"), seq) == 2
+    assert shape_check(_node("f32[16, 6]", "violated", "the first finding: expected Replicate() of sin"), seq) == 0
+    # no relation: an even split of one dimension passes, anything else is flagged
+    assert shape_check(_node("f32[4, 6]", "unknown", "related to no single-device tensor"), seq) == 1
+    assert shape_check(_node("f32[12, 6]", "unknown", "related to no single-device tensor"), seq) == 2
+    assert shape_check(_node("f32[96]", "unknown", "related to no single-device tensor"), seq) == 0  # another tensor
+    # a proved relation maps the elements: whatever the shape, it is explained
+    assert shape_check(_node("f32[2, 8, 6]", "related", 'Partial("sum") of view'), seq) == 1
+    assert shape_check(_node("f32[8, 6]", "related", "holds x[0:8, :]"), None) == 0
 
 
 def test_identical_ranks_share_a_column_and_the_odd_shape_is_flagged(world8, tmp_path):

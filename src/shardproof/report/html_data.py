@@ -16,6 +16,7 @@ COLLAPSE_FROM = 3  # from this many ranks, ranks with identical graphs share a c
 HOLE = "\u0001"  # a number that differs between the ranks of a column
 NUMBER = re.compile(r"(\d+)")
 SHAPE = re.compile(r"\[([\d, ]*)\]")
+EXPECTED = re.compile(r"expected (Shard\((\d+)\)|Replicate\(\)|Partial)")
 
 
 def source_href(source: str | None) -> str | None:
@@ -69,26 +70,36 @@ def _dims(shape: str) -> list[int] | None:
     return [int(x) for x in m.group(1).split(",") if x.strip()]
 
 
-def shape_check(node: NodeView, counterpart: NodeView | None, world_size: int) -> int:
-    """0: same shape as the single-device counterpart (or nothing to compare); 1: differs as
-    the relation explains (a shard of it); 2: differs where the relation implies equal or
-    evenly sharded shapes, or no relation explains the difference."""
+def _explained(mine: list[int], theirs: list[int], relation: str) -> bool:
+    """Whether a rank's shape `mine` fits the single-device `theirs` under the relation the
+    finding expected (``expected Shard(d)`` / ``Replicate()`` / ``Partial``), or, with none,
+    as an even split of one dimension."""
+    if len(mine) != len(theirs):
+        return False
+    diff = [d for d, (a, b) in enumerate(zip(mine, theirs)) if a != b]
+    expected = EXPECTED.search(relation)
+    if expected is not None and expected.group(2) is None:
+        return not diff  # Replicate() and Partial keep the shape
+    if expected is not None and [int(expected.group(2))] != diff:
+        return False
+    return len(diff) == 1 and 0 < mine[diff[0]] < theirs[diff[0]] and theirs[diff[0]] % mine[diff[0]] == 0
+
+
+def shape_check(node: NodeView, counterpart: NodeView | None) -> int:
+    """0: the same shape as the single-device counterpart (or nothing to compare); 1: differs
+    as a relation explains (a shard of it); 2: differs where nothing does -- the finding's
+    node, or a node with no relation, whose shape is no even split of the counterpart's (or,
+    for the finding's, not the split its expected relation implies)."""
     if counterpart is None:
         return 0
     mine, theirs = _dims(node.shape), _dims(counterpart.shape)
     if mine is None or theirs is None or mine == theirs:
         return 0
-    if node.status == "related" and not node.relation.startswith(("Partial(", "a view", "a piece", "a concat")):
-        if node.relation.startswith(("holds", "exactly")) and "[" in node.relation.split(" (across")[0]:
-            return 1  # holds a slice of it: the shape is the slice's, by construction
-        return 2
     if node.status == "related":
-        return 0 if not node.relation.startswith("Partial(") else 2
-    if len(mine) == len(theirs):
-        diff = [d for d, (a, b) in enumerate(zip(mine, theirs)) if a != b]
-        if len(diff) == 1 and mine[diff[0]] * world_size == theirs[diff[0]] and node.status != "violated":
-            return 1
-    return 2
+        return 1  # proved related: the relation maps its elements, whatever the shape
+    if len(mine) != len(theirs) and node.status != "violated":
+        return 0  # another tensor that happens to share the name
+    return 1 if _explained(mine, theirs, node.relation) else 2
 
 
 def _counterpart(node: NodeView, of: int, seq: GraphView | None, seq_index: dict) -> int:
@@ -150,7 +161,7 @@ def _column(s: _Strings, label: str, members: list[GraphView], ranks: list[int |
         col["of"].append(of)
         cmp = _counterpart(n, of, seq, seq_index)
         col["cmp"].append(cmp)
-        col["sd"].append(shape_check(n, seq.nodes[cmp] if cmp >= 0 else None, world_size))
+        col["sd"].append(shape_check(n, seq.nodes[cmp] if cmp >= 0 else None))
         col["in"].append([index[x] for x in dict.fromkeys(n.inputs) if x in index and index[x] < i])
         if finding is not None and n.name == finding.node and any(r in finding.rank for r in ranks if r is not None):
             col["fin"].append(i)
