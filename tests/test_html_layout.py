@@ -170,8 +170,7 @@ def test_world8_page_lays_out_without_overlap_in_chromium(world8, tmp_path):
     assert check["graphs_box"]["x"] + check["graphs_box"]["w"] <= check["panel"]["x"]  # side by side
     assert check["dpr"] == 1
     # every node shows its relation, not only on hover
-    shown = dom.split('<script type="application/json"')[0]  # the drawn page, not its script
-    assert len(re.findall(r'<div class="rel">[^<]+</div>', shown)) == check["nodes"] and "holds x[:, 0] · Shard(1) of x" in dom
+    assert check["no_relation"] == 0 and "holds x[:, 0] · Shard(1) of x" in dom
 
     shot = tmp_path / "report.png"
     done = _browse(tmp_path, url, f"--screenshot={shot}", "--window-size=1400,1000")

@@ -3,7 +3,7 @@ script draws only the columns on view, each node as one box with its shape and r
 on it, and checks its own layout (node boxes apart, the details panel off the graphs,
 a shape on every node) into ``#selfcheck`` for the browser tests."""
 
-ROW, BOX_W, ARC_W = 38, 262, 40
+ROW, BOX_W, ARC_W = 38, 250, 36
 
 CSS = """
 body{font:13px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#fafbfc}
@@ -33,12 +33,11 @@ code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-s
 .node{position:absolute;left:%(arc_w)dpx;width:%(box_w)dpx;height:%(box_h)dpx;box-sizing:border-box;border:1px solid #9aa3b2;
   border-radius:3px;padding:1px 5px;cursor:pointer;overflow:hidden;
   font:11px/15px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;white-space:nowrap}
-.node .l1{display:flex;gap:6px}
-.node .nm{flex:1 1 auto;overflow:hidden;text-overflow:ellipsis}
-.node .shape{flex:0 0 auto;color:#334}
-.node .shape.sharded{color:#6a4fb0}
+.node .nm,.node .l2{overflow:hidden;text-overflow:ellipsis}
+.node .shape{color:#334;margin-right:6px}
+.node .shape.sharded{color:#6a4fb0;font-weight:bold}
 .node .shape.mismatch{background:#ffd0d0;color:#a00000;font-weight:bold;border-radius:2px;padding:0 2px}
-.node .rel{color:#4a5568;overflow:hidden;text-overflow:ellipsis}
+.node .rel{color:#4a5568}
 .s-related{background:#e3f4e8;border-color:#4f9a65}
 .s-violated{background:#fde3e3;border-color:#c62828;border-width:2px}
 .s-unknown{background:#fff4d6;border-color:#c99a06}
@@ -79,7 +78,7 @@ JS = r"""
     var sh = S[col.shape[i]] || 'no shape', sd = col.sd ? col.sd[i] : 0;
     if(!sd) return [sh, ''];
     var other = S[D.cols[0].shape[col.cmp[i]]];
-    return sd === 2 ? [sh+' vs '+other, 'mismatch'] : [sh+' of '+other, 'sharded'];
+    return sd === 2 ? [sh+' vs '+other, 'mismatch'] : [sh, 'sharded', other];
   }
   function defaultView(){ return D.cols.map(function(c,i){return {c:i, rank:null};}); }
   function label(v){
@@ -102,8 +101,9 @@ JS = r"""
       var cls = 'node s-'+st+(fin[i]?' finding':'')+(out[i]?' out':'');
       var tip = S[col.name[i]]+' = '+S[col.op[i]]+' '+S[col.shape[i]]+'\nstatus: '+st+'\n'+r+(col.src[i]?'\nat '+S[col.src[i]]:'');
       h.push('<div class="'+cls+'" id="g'+g+'n'+i+'" data-g="'+g+'" data-i="'+i+'" style="top:'+y+'px" title="'+esc(tip)+'">'+
-             '<div class="l1"><span class="nm">'+esc(S[col.name[i]]+' = '+S[col.op[i]])+(out[i]?' \u21e5':'')+'</span>'+
-             '<span class="shape '+sh[1]+'">'+esc(sh[0])+'</span></div><div class="rel">'+esc(brief(r))+'</div></div>');
+             '<div class="nm">'+esc(S[col.name[i]]+' = '+S[col.op[i]])+(out[i]?' \u21e5':'')+'</div>'+
+             '<div class="l2"><span class="shape '+sh[1]+'">'+esc(sh[0])+'</span><span class="rel">'+esc(brief(r))+
+             '</span></div></div>');
     }
     var height = TOP*2 + n*ROW;
     return '<div class="graph" data-label="'+esc(label(v))+'"><h3>'+esc(label(v))+' ('+n+' nodes)</h3>'+
@@ -148,7 +148,8 @@ JS = r"""
     var d = document.getElementById('details');
     d.innerHTML = '<h4>'+esc(label(v))+': '+esc(name)+'</h4>'+
       '<div><b>op</b> <code>'+esc(S[col.op[i]])+'</code> '+esc(sh[0])+(sh[1]==='mismatch'?
-        ' <b>(the shape differs from single-device '+esc(S[D.cols[0].name[col.cmp[i]]])+')</b>':'')+'</div>'+
+        ' <b>(the shape differs from single-device '+esc(S[D.cols[0].name[col.cmp[i]]])+')</b>':
+        sh[1]==='sharded' ? ' (single-device '+esc(S[D.cols[0].name[col.cmp[i]]])+': '+esc(sh[2])+')' : '')+'</div>'+
       '<div><b>status</b> '+ST[col.st[i]]+'</div>'+rels+
       '<div><b>inputs</b> '+esc(col['in'][i].map(function(j){return S[col.name[j]];}).join(', ')||'none')+'</div>'+
       '<div><b>source</b> '+source+'</div>'+(col.code[i] ? '<pre>'+esc(S[col.code[i]])+'</pre>' : '');
@@ -191,9 +192,10 @@ JS = r"""
   function clip(a,b){var x = Math.max(a.x,b.x), y = Math.max(a.y,b.y);
     return {x:x, y:y, w:Math.max(0, Math.min(a.x+a.w,b.x+b.w)-x), h:Math.max(0, Math.min(a.y+a.h,b.y+b.h)-y)};}
   function selfcheck(){
-    var nodes = document.querySelectorAll('.node'), counts = {}, overlaps = 0, noShape = 0;
+    var nodes = document.querySelectorAll('.node'), counts = {}, overlaps = 0, noShape = 0, noRelation = 0;
     nodes.forEach(function(e){var s = e.className.match(/s-(\w+)/)[1]; counts[s] = (counts[s]||0)+1;
-      if(!e.querySelector('.shape').textContent.trim()) noShape++;});
+      if(!e.querySelector('.shape').textContent.trim()) noShape++;
+      if(!e.querySelector('.rel').textContent.trim()) noRelation++;});
     var cols = Array.prototype.map.call(document.querySelectorAll('.graph'), function(gr){
       var bs = Array.prototype.map.call(gr.querySelectorAll('.node'), box);
       for(var i=1;i<bs.length;i++) if(meets(bs[i-1], bs[i])) overlaps++;
@@ -205,7 +207,7 @@ JS = r"""
     document.getElementById('selfcheck').textContent = JSON.stringify({
       graphs: cols.length, nodes: nodes.length, counts: counts, finding: document.querySelectorAll('.node.finding').length,
       labels: Array.prototype.map.call(document.querySelectorAll('.graph'), function(g){return g.dataset.label;}),
-      overlaps: overlaps, no_shape: noShape, panel_covers_graphs: covered, panel: panel, graphs_box: area,
+      overlaps: overlaps, no_shape: noShape, no_relation: noRelation, panel_covers_graphs: covered, panel: panel, graphs_box: area,
       mismatch: document.querySelectorAll('.shape.mismatch').length, dpr: window.devicePixelRatio});
   }
   document.body.setAttribute('data-ready', '1');
