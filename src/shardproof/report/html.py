@@ -96,7 +96,8 @@ def render_html(report: Report) -> str:
     if report.graphs:
         legend = "".join(f'<span><i class="sw s-{s}" style="background:{c}"></i>{_esc(STATUS_TEXT[s])}</span>'
                          for s, c in zip(STATUSES, ("#e3f4e8", "#fde3e3", "#fff4d6", "#eeeeee", "#f6f7f9")))
-        legend += '<span><i class="sw mismatch"></i>shape differs from the single-device tensor\'s</span>'
+        legend += ('<span><i class="sw mismatch"></i>shape differs from the single-device tensor\'s</span>'
+                   '<span><b style="color:#6a4fb0">f32[4, 1]</b> a shard of the single-device shape</span>')
         ranks = sorted(r for col in data["cols"] for r in col["ranks"] if r is not None)
         chooser = ""
         if len(data["cols"]) - 1 < len(ranks):  # some ranks share a column
