@@ -2,8 +2,10 @@
 hand (../shared/graphs), and on an 8-layer, 8-rank program built from its graph views (each
 layer's nodes repeated under new names, each rank's relation texts carrying its own slice
 offsets, as TP ranks' do): at most 1.5 MB, and at most 2 s for the views and the page."""
+import json
 import os
 import re
+import shutil
 import time
 
 import pytest
@@ -12,7 +14,7 @@ from shardproof.api import verify_dumps
 from shardproof.engine import verify as engine_verify
 from shardproof.engine.result import GraphView, NodeView
 from shardproof.report.html import render_html
-from test_html_report import page_data
+from test_html_report import _browse, page_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT = os.environ.get("SHARDPROOF_GPT_DUMPS") or os.path.join(ROOT, "..", "shared", "graphs", "entangle", "gpt")
@@ -81,7 +83,7 @@ def test_page_of_the_largest_gpt_dump_is_small_and_quick(gpt):
     assert [c["n"] for c in data["cols"]] == [len(g.nodes) for g in report.graphs]
 
 
-def test_page_of_an_8_layer_tp8_program_is_small_and_quick(gpt):
+def test_page_of_an_8_layer_tp8_program_is_small_and_quick(gpt, tmp_path):
     report, views_seconds = gpt
     seq, ranks = report.graphs[0], report.graphs[1:]
     report.graphs = [_layered(seq, 8, -1)] + [_layered(ranks[r % len(ranks)], 8, r) for r in range(8)]
@@ -95,3 +97,10 @@ def test_page_of_an_8_layer_tp8_program_is_small_and_quick(gpt):
     assert len(page.encode()) <= MAX_BYTES and seconds <= MAX_SECONDS
     cols = page_data(page)["cols"]
     assert sum(len(c["ranks"]) for c in cols[1:]) == 8 and len(cols) <= 1 + len(ranks)  # identical ranks collapsed
+    if shutil.which("chromium") or os.path.exists("/usr/bin/chromium"):  # and the browser draws it quickly
+        (tmp_path / "big.html").write_text(page)
+        done = _browse(tmp_path, (tmp_path / "big.html").as_uri(), "--dump-dom", "--window-size=1400,1000")
+        check = json.loads(re.search(r'<pre id="selfcheck">([^<]*)</pre>', done.stdout).group(1))
+        print(f"drawn in {check['ms']} ms: {check['nodes']} nodes in {check['graphs']} columns")
+        assert check["graphs"] == len(cols) and check["overlaps"] == 0 and check["no_shape"] == 0
+        assert check["ms"] < 2000

@@ -58,6 +58,7 @@ code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-s
 
 JS = r"""
 (function(){
+  var started = performance.now();
   var D = JSON.parse(document.getElementById('graph-data').textContent);
   if(!D.cols.length){ document.body.setAttribute('data-ready', '1'); return; }
   var S = D.s, ST = ['related','violated','unknown','unreached','unmatched'];
@@ -208,7 +209,8 @@ JS = r"""
       graphs: cols.length, nodes: nodes.length, counts: counts, finding: document.querySelectorAll('.node.finding').length,
       labels: Array.prototype.map.call(document.querySelectorAll('.graph'), function(g){return g.dataset.label;}),
       overlaps: overlaps, no_shape: noShape, no_relation: noRelation, panel_covers_graphs: covered, panel: panel, graphs_box: area,
-      mismatch: document.querySelectorAll('.shape.mismatch').length, dpr: window.devicePixelRatio});
+      mismatch: document.querySelectorAll('.shape.mismatch').length, dpr: window.devicePixelRatio,
+      ms: Math.round(performance.now() - started)});
   }
   document.body.setAttribute('data-ready', '1');
 })();
