@@ -56,10 +56,10 @@ def _page(world8, tmp_path) -> str:
 
 
 def test_rank_labels():
-    assert rank_label([3], 8) == "rank 3"
-    assert rank_label(list(range(8)), 8) == "ranks 0–7 (identical)"
-    assert rank_label([0, 1, 2, 4, 5, 6, 7], 8) == GROUP
-    assert rank_label([0, 1, 5], 8) == "ranks 0, 1, 5 (identical)"
+    assert rank_label([3]) == "rank 3"
+    assert rank_label(list(range(8))) == "ranks 0–7 (identical)"
+    assert rank_label([0, 1, 2, 4, 5, 6, 7]) == GROUP
+    assert rank_label([0, 1, 5]) == "ranks 0, 1, 5 (identical)"
 
 
 def _node(shape: str, status: str, relation: str) -> NodeView:

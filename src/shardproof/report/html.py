@@ -92,7 +92,7 @@ def render_html(report: Report) -> str:
                                        [[o.name, o.expected, o.holds or "not proved"] for o in report.outputs])]
     body += [_finding_html(i, f, _goto(report, f)) for i, f in enumerate(report.findings, 1)]
     finding = report.findings[0] if report.findings else None
-    data = graph_data(report.graphs, finding, report.world_size) if report.graphs else {"s": [], "cols": []}
+    data = graph_data(report.graphs, finding) if report.graphs else {"s": [], "cols": []}
     if report.graphs:
         legend = "".join(f'<span><i class="sw s-{s}" style="background:{c}"></i>{_esc(STATUS_TEXT[s])}</span>'
                          for s, c in zip(STATUSES, ("#e3f4e8", "#fde3e3", "#fff4d6", "#eeeeee", "#f6f7f9")))

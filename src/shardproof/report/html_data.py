@@ -27,7 +27,7 @@ def source_href(source: str | None) -> str | None:
     return "file://" + quote(os.path.abspath(m.group(1))) + f"#L{m.group(2)}"
 
 
-def rank_label(ranks: list[int], world_size: int) -> str:
+def rank_label(ranks: list[int]) -> str:
     """``rank 3``, or ``ranks 0–7 (identical)`` / ``ranks 0–2, 4–7 (identical)``."""
     if len(ranks) == 1:
         return f"rank {ranks[0]}"
@@ -142,7 +142,9 @@ def _relations(s: _Strings, members: list[GraphView], i: int) -> tuple[int, list
 
 
 def _column(s: _Strings, label: str, members: list[GraphView], ranks: list[int | None], seq: GraphView | None,
-            finding: Finding | None, world_size: int) -> dict:
+            finding: Finding | None) -> dict:
+    """One column: the nodes of `members` (ranks with one signature; or the single-device
+    graph, `seq` None) as parallel index arrays."""
     first = members[0]
     index = {n.name: i for i, n in enumerate(first.nodes)}
     seq_index = {n.name: i for i, n in enumerate(seq.nodes)} if seq is not None else {}
@@ -168,7 +170,7 @@ def _column(s: _Strings, label: str, members: list[GraphView], ranks: list[int |
     return col
 
 
-def graph_data(graphs: list[GraphView], finding: Finding | None, world_size: int) -> dict:
+def graph_data(graphs: list[GraphView], finding: Finding | None) -> dict:
     """The page's data: ``s`` (the string table), ``href`` (links of the source strings),
     ``cols`` (the single-device column, then one per group of identical ranks)."""
     s = _Strings()
@@ -176,14 +178,14 @@ def graph_data(graphs: list[GraphView], finding: Finding | None, world_size: int
     ranks = [g for g in graphs if _rank(g) is not None]
     cols = []
     if seq is not None:
-        cols.append(_column(s, seq.label, [seq], [None], None, None, world_size))
+        cols.append(_column(s, seq.label, [seq], [None], None, None))
     for group in rank_groups(ranks):
         members = [ranks[i] for i in group]
         numbers = [_rank(g) for g in members]
-        cols.append(_column(s, rank_label(numbers, world_size), members, numbers, seq, finding, world_size))
+        cols.append(_column(s, rank_label(numbers), members, numbers, seq, finding))
     sources = {i for col in cols for i in col["src"]}
     href = {str(i): h for i in sorted(sources) if (h := source_href(s.items[i])) is not None}
-    return {"s": s.items, "href": href, "world": world_size, "cols": cols}
+    return {"s": s.items, "href": href, "cols": cols}
 
 
 def dumps_for_script(data: dict) -> str:
