@@ -14,6 +14,7 @@ import pytest
 from shardproof.api import verify_dumps
 from shardproof.cli import main
 from shardproof.engine.result import NodeView
+from shardproof.report.html import render_html
 from shardproof.report.html_data import rank_label, shape_check
 from test_html_report import _browse, column_nodes, dump, page_data, write
 
@@ -200,5 +201,14 @@ def test_world2_keeps_a_column_per_rank(world8, tmp_path):
     seq, _, rel = world8
     dist = write(tmp_path / "tp2", {f"fw.g0.r{r}.py": row_parallel_view(4, 4, (2, 8), reduce=True) for r in range(2)})
     report = verify_dumps(seq, dist, rel, views=True)
-    from shardproof.report.html import render_html
     assert [c["label"] for c in page_data(render_html(report))["cols"]] == ["single-device", "rank 0", "rank 1"]
+
+
+def test_a_correct_tp8_program_is_one_column_with_no_shape_flagged(world8, tmp_path):
+    seq, _, rel = world8
+    good = write(tmp_path / "tp8", {f"fw.g0.r{r}.py": row_parallel_view(1, 1, (2, 8), reduce=True) for r in range(WORLD)})
+    report = verify_dumps(seq, good, rel, views=True)
+    assert report.status == "verified"
+    data = page_data(render_html(report))
+    assert [c["label"] for c in data["cols"]] == ["single-device", "ranks 0–7 (identical)"]
+    assert 2 not in data["cols"][1]["sd"] and data["cols"][1]["sd"].count(1) == 2  # x and w: shards
