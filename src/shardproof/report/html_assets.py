@@ -24,8 +24,7 @@ code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-s
 #graphs{display:flex;gap:10px;overflow:auto;align-items:flex-start;border:1px solid #dde2ea;background:#fff;
   max-height:78vh}
 .graph{flex:0 0 auto;width:%(col_w)dpx}
-.graph h3{position:sticky;top:0;margin:0;padding:4px 8px;background:#eef1f6;font-size:13px;z-index:2;
-  white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.graph h3{position:sticky;top:0;margin:0;padding:4px 8px;background:#eef1f6;font-size:13px;z-index:2}
 .gbody{position:relative}
 .gbody svg{position:absolute;left:0;top:0}
 .edge{fill:none;stroke:#b7bfcc;stroke-width:1}
