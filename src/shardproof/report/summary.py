@@ -3,6 +3,8 @@ and the combined JSON, whose exit code is the worst of the runs' (order: verifie
 unknown 2 < violation 1 < bad input 3 < internal error 4)."""
 from __future__ import annotations
 
+import os
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -22,7 +24,7 @@ def worst_exit(codes) -> int:
 def _detail(report: Report) -> str:
     if report.findings:
         f = report.findings[0]
-        return f"{f.kind}: node {f.node} ({f.op})" + (f" at {f.source}" if f.source else "")
+        return f"{f.kind}: node {f.node} ({f.op})" + (f" at {os.path.basename(str(f.source))}" if f.source else "")
     return report.reason
 
 
@@ -33,8 +35,11 @@ def _code(result) -> int:
 def render_summary(rows: list[tuple], console: Console) -> None:
     """`rows`: (case, world size or None, Report or an error message)."""
     table = Table(title="summary", title_justify="left", show_edge=False)
-    for column in ("case", "world size", "verdict", "seconds", "finding / reason"):
-        table.add_column(column)
+    table.add_column("case", overflow="fold")
+    table.add_column("ranks", justify="right")
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("s", justify="right")
+    table.add_column("finding / reason", overflow="fold", ratio=1)
     for case, n, result in rows:
         if isinstance(result, Report):
             seconds = result.stats.get("wall_seconds", result.stats.get("seconds"))
