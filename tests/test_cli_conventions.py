@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, ZOO
 from shardproof import __version__, cli
-from shardproof.api import prepare, verify_prepared
+from shardproof.api import confirm, prepare, verify_prepared
 from shardproof.engine.budget import BudgetExceeded, budget
 
 TP_MLP = os.path.join(ZOO, "tp_mlp.py")
@@ -130,7 +130,11 @@ def test_budget_names_the_interpreted_node():
         with pytest.raises(BudgetExceeded, match=r"ran out while starting, at node fc1\.weight \(input\) of the "
                                                  r"single-device program"):
             verify_prepared(p, confirm_draws=-1)
-    assert verify_prepared(p, confirm_draws=-1).status == "unknown"  # outside the block: no budget
+    report = verify_prepared(p, confirm_draws=-1)  # outside the block: no budget
+    assert report.status == "unknown" and report.reason.startswith("proved, but not confirmed")
+    report.status, report.reason = "verified", ""
+    with budget(seconds=0), pytest.raises(BudgetExceeded, match="ran out while confirming the proof by execution$"):
+        confirm(p, report)  # checked before the programs are run
 
 
 def test_max_memory_gives_unknown(capsys):

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .case import Case
+from .engine.budget import stage as budget_stage
 from .engine.result import Confirmation, Report
 from .engine.verify import ENGINE_STAGES, differing_outputs, numeric_inputs, verify_graphs
 from .frontends.fx_text import dump_kinds, load_program, read_dump
@@ -412,6 +413,7 @@ def confirm(p: Prepared, report: Report, draws: int = CONFIRM_DRAWS) -> Report:
     by = "gloo" if p.case is not None and p.case.backend != "jax" else ("jax" if p.case is not None else "torch")
     if draws < 0:
         return settle(report, Confirmation(by, 0, "skipped", "not run (--no-confirm)"))
+    budget_stage("confirming the proof by execution")  # a --timeout / --max-memory budget: checked before
     try:
         big = too_large([p.seq] + p.dist.graphs) if p.case is not None else None  # dumps: their memory estimate
         if big:
