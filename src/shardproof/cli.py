@@ -2,7 +2,7 @@
 
 Exit codes (contract): 0 verified, 1 violation, 2 unknown, 3 bad input or usage, 4 internal
 error. Several runs (case files, a directory, a ``-n 2,4,8`` sweep) exit with the worst
-code in the order 0 < 2 < 1 < 3 < 4 (:data:`shardproof.cli_args.EXIT_ORDER`).
+code in the order 0 < 2 < 1 < 3 < 4 (:data:`shardproof.report.summary.EXIT_ORDER`).
 """
 from __future__ import annotations
 
