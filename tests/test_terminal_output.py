@@ -23,7 +23,8 @@ WIDTH = 100
 def _terminal_text(report) -> str:
     out = io.StringIO()
     render(report, Console(file=out, width=WIDTH, color_system=None, force_terminal=False, highlight=False))
-    text = re.sub(r"\[\d+\.\d+ s([,\]])", r"[<seconds> s\1", out.getvalue())
+    text = re.sub(r"\[\d+\.\d+ s( \(proof )?(\d+\.\d+ s\))?([,\]])",
+                  lambda m: "[<seconds> s" + (" (proof <seconds> s)" if m.group(1) else "") + m.group(3), out.getvalue())
     return text.replace(ROOT + os.sep, "")
 
 

@@ -2,8 +2,14 @@
 from .case import SGD, AdamW, Case, Train
 from .relations import Ignore, Interleaved, Mesh, Partial, Replicate, Shard, Slices
 
+try:
+    from importlib.metadata import PackageNotFoundError, version as _version
+    __version__ = _version("shardproof")
+except (ImportError, PackageNotFoundError):  # run from a source tree that is not installed
+    __version__ = "0.1.0+unknown"
+
 __all__ = ["AdamW", "Case", "Ignore", "Interleaved", "Mesh", "Partial", "Replicate", "SGD", "Shard", "Slices", "Train",
-           "verify"]
+           "verify", "__version__"]
 
 
 def verify(case, **options):

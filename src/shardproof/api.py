@@ -14,11 +14,13 @@ from typing import Callable, Optional
 import numpy as np
 
 from .case import Case
+from .engine.budget import stage as budget_stage
 from .engine.result import Confirmation, Report
 from .engine.verify import ENGINE_STAGES, differing_outputs, numeric_inputs, verify_graphs
 from .frontends.fx_text import dump_kinds, load_program, read_dump
 from .frontends.hlo_text import is_hlo_text, load_hlo_program, mark_shared_constants
 from .frontends.stablehlo_text import is_stablehlo_text, load_stablehlo_program
+from .frontends.user_frame import user_location
 from .ir.graph import DistributedProgram, Graph
 from .relations.infer import RelationsFile, load_yaml, parse_spec, resolve_inputs, resolve_outputs
 from .relations.spec import DERIVED, Ignore, RelationError, Replicate, parse_relation
@@ -107,7 +109,7 @@ def _capture_forward(case: Case, world: int, say, total: int, tc):
             graphs.append(graph)
             rank_values.append(_numpy(tc.program_inputs(program, data)))
     except tc.CaptureError as exc:
-        raise InputError(str(exc)) from None
+        raise InputError(str(exc) + user_location(exc)) from None
     return seq, DistributedProgram(graphs), seq_values, rank_values
 
 
@@ -141,7 +143,7 @@ def _capture_training(case: Case, world: int, say, total: int):
             graphs.append(graph)
             rank_values.append(_numpy(inputs))
     except tc.CaptureError as exc:
-        raise InputError(str(exc)) from None
+        raise InputError(str(exc) + user_location(exc)) from None
     return seq, DistributedProgram(graphs), _numpy(seq_inputs), rank_values
 
 
@@ -355,9 +357,10 @@ def verify_case(case: Case, world_size: int | None = None, relations: dict | Non
                 confirm_draws: int | None = None) -> Report:
     """Capture and verify `case` (see :func:`prepare` for the options; `views` and
     `confirm_draws`: see :func:`verify_prepared`)."""
+    t0 = time.perf_counter()
     p = prepare(case, world_size, relations, relations_file, progress)
     steps = p.dist.world_size + 1
-    return verify_prepared(p, views, _offset(progress, steps, steps + len(ENGINE_STAGES)), confirm_draws)
+    return _timed(verify_prepared(p, views, _offset(progress, steps, steps + len(ENGINE_STAGES)), confirm_draws), t0)
 
 
 def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
@@ -365,8 +368,16 @@ def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_re
                  views: bool = False, world_size: int | None = None, confirm_draws: int | None = None) -> Report:
     """Load and verify graph dumps (see :func:`prepare_dumps` for the options; `views` and
     `confirm_draws`: see :func:`verify_prepared`)."""
+    t0 = time.perf_counter()
     p = prepare_dumps(seq_path, dist_path, relations_file, auto_relations, expect, kind, progress, world_size)
-    return verify_prepared(p, views, _offset(progress, 2, 2 + len(ENGINE_STAGES)), confirm_draws)
+    return _timed(verify_prepared(p, views, _offset(progress, 2, 2 + len(ENGINE_STAGES)), confirm_draws), t0)
+
+
+def _timed(report: Report, t0: float) -> Report:
+    """The whole run's wall time (capture or loading, proof, confirmation) in
+    ``stats["wall_seconds"]``; ``stats["seconds"]`` stays the proof's alone."""
+    report.stats["wall_seconds"] = round(time.perf_counter() - t0, 4)
+    return report
 
 
 CONFIRM_DRAWS = 2
@@ -402,6 +413,7 @@ def confirm(p: Prepared, report: Report, draws: int = CONFIRM_DRAWS) -> Report:
     by = "gloo" if p.case is not None and p.case.backend != "jax" else ("jax" if p.case is not None else "torch")
     if draws < 0:
         return settle(report, Confirmation(by, 0, "skipped", "not run (--no-confirm)"))
+    budget_stage("confirming the proof by execution")  # a --timeout / --max-memory budget: checked before
     try:
         big = too_large([p.seq] + p.dist.graphs) if p.case is not None else None  # dumps: their memory estimate
         if big:

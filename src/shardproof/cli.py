@@ -1,6 +1,8 @@
 """Command line: a thin shell over :mod:`shardproof.api` and :mod:`shardproof.report`.
 
-Exit codes (contract): 0 verified, 1 violation, 2 unknown, 3 bad input or usage.
+Exit codes (contract): 0 verified, 1 violation, 2 unknown, 3 bad input or usage, 4 internal
+error. Several runs (case files, a directory, a ``-n 2,4,8`` sweep) exit with the worst
+code in the order 0 < 2 < 1 < 3 < 4 (:data:`shardproof.report.summary.EXIT_ORDER`).
 """
 from __future__ import annotations
 
@@ -11,8 +13,15 @@ import json
 import os
 import sys
 import textwrap
+import time
+
+from .cli_args import (WORLD_ONE_NOTE, UsageError, case_files, check_case, check_output_path, check_timeout,
+                       check_world_size, memory_size, world_sizes)
+from .engine.budget import stage as budget_stage
+from .frontends.user_frame import user_location
 
 EXIT_INPUT = 3
+EXIT_INTERNAL = 4
 
 EPILOG = """\
 examples:
@@ -21,6 +30,9 @@ examples:
   shardproof verify src/shardproof/zoo/bugs/missing_allreduce.py --json out.json   # exit 1
   shardproof verify src/shardproof/zoo/bugs/missing_allreduce.py --html report.html  # the graphs, side by side
   shardproof verify my_case.py --relations rel.yaml     # relations from a YAML file
+  shardproof verify src/shardproof/zoo/tp_mlp.py -n 2,4,8          # a sweep: one verdict per world size
+  shardproof verify cases/ other_case.py -q                # every case file of a directory; verdict lines only
+  shardproof verify my_case.py --timeout 600 --max-memory 8G   # over budget: unknown, naming where it stopped
 
   # graph dumps (print_readable() text or XLA HLO text; read, never executed):
   shardproof verify --seq dumps/tp1 --dist dumps/tp2 --auto-relations --expect 'loss=Replicate()'
@@ -34,12 +46,11 @@ A case file is a Python module defining `case(world_size) -> shardproof.Case` (s
 <kind>.g<N>.r<rank>.py files, or the files. An HLO module (a file starting with
 'HloModule', or a directory holding one *.hlo file) is one SPMD program run by every rank. A relations file has sections inputs:, expect:
 and constants: (see README). --plugin imports a module declaring your own ops first.
-exit codes: 0 verified, 1 violation, 2 unknown, 3 bad input or usage.
+exit codes: 0 verified, 1 violation, 2 unknown, 3 bad input or usage, 4 internal error (please
+report it; SHARDPROOF_DEBUG=1 prints the traceback). Several runs (case files, a directory, a
+-n sweep) print a summary table and exit with the worst code: 0 < 2 < 1 < 3 < 4.
+-n 1 is allowed, but proves nothing about sharding (the report says so). NO_COLOR=1 turns colour off.
 """
-
-
-class UsageError(Exception):
-    pass
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -54,12 +65,17 @@ def _parser() -> argparse.ArgumentParser:
                                 description="Prove that a parallelized model computes exactly what its "
                                             "single-device version computes, or show where it does not.",
                                 epilog=EPILOG)
+    from . import __version__
+    p.add_argument("--version", action="version", version=f"shardproof {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     v = sub.add_parser("verify", help="verify a case file, or single-device and distributed graph dumps",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
-    v.add_argument("case", nargs="?", help="Python case file defining case(world_size) -> Case")
-    v.add_argument("--world-size", "-n", type=int,
-                   help="number of ranks (default: the case's; for an HLO module, the ranks its replica groups name)")
+    v.add_argument("case", nargs="*", help="Python case files defining case(world_size) -> Case, or directories "
+                                           "of them (several: a summary table, the worst exit code)")
+    v.add_argument("--world-size", "-n", type=world_sizes, metavar="N[,N...]",
+                   help="number of ranks (default: the case's; for an HLO module, the ranks its replica groups "
+                        "name); a list (2,4,8) sweeps, one verdict per world size. 1..1024, and one of the "
+                        "case's WORLD_SIZES where it declares them")
     dumps = v.add_argument_group("graph dumps")
     dumps.add_argument("--seq", metavar="PATH", help="the single-device dump (a file, or a directory with one rank)")
     dumps.add_argument("--dist", metavar="PATH", nargs="+",
@@ -77,6 +93,15 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page: the single-device graph "
                                                   "beside each rank's, nodes coloured by relation, the finding marked")
     v.add_argument("--verbose", "-v", action="store_true", help="show the input relations even when verified")
+    v.add_argument("--quiet", "-q", action="count", default=0,
+                   help="-q: the verdict line of each run only (and the summary of several); -qq: nothing, the "
+                        "exit code says it (errors still go to stderr)")
+    v.add_argument("--timeout", metavar="SECONDS", type=float,
+                   help="time budget of each run: past it the verdict is unknown, naming the stage and node where "
+                        "it stopped (checked between stages and between interpreted nodes)")
+    v.add_argument("--max-memory", metavar="SIZE",
+                   help="peak memory (RSS) budget of the process, e.g. 2G or 512M: above it the verdict is unknown, "
+                        "naming where it stopped")
     v.add_argument("--confirm-draws", metavar="N", type=int, default=None,
                    help="confirm a proof by running the programs on their own values and N fresh random draws "
                         "(default 2); verified needs the execution to agree")
@@ -101,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
                        epilog="example:\n  shardproof mutants examples/*.py --json mutants.json",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     m.add_argument("cases", nargs="+", metavar="CASE", help="Python case files of correct programs")
-    m.add_argument("--world-size", "-n", type=int, help="number of ranks (default: each case's)")
+    m.add_argument("--world-size", "-n", type=int, help="number of ranks (default: each case's; 1..1024)")
     m.add_argument("--operator", action="append", default=[], metavar="NAME",
                    help="only this mutation operator (repeatable); default: all")
     m.add_argument("--json", metavar="FILE", help="also write every mutant's outcome as JSON ('-' for stdout only)")
@@ -110,6 +135,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _import_file(path: str, what: str):
     """Import a user's Python file (user code by design; dumps are parsed elsewhere, never run)."""
+    if os.path.isdir(path):
+        raise UsageError(f"{what} {path} is a directory; give a .py file")
     if not os.path.isfile(path):
         raise UsageError(f"{what} {path} does not exist")
     here = os.path.dirname(os.path.abspath(path))
@@ -125,7 +152,7 @@ def _import_file(path: str, what: str):
     except SyntaxError as exc:
         raise UsageError(f"{what} {path} is not valid Python: {exc.msg} at line {exc.lineno}") from None
     except Exception as exc:
-        raise UsageError(f"{what} {path} failed to load: {type(exc).__name__}: {exc}") from None
+        raise UsageError(f"{what} {path} failed to load: {type(exc).__name__}: {exc}{user_location(exc)}") from None
     return module
 
 
@@ -160,6 +187,13 @@ def _expectations(items: list[str]) -> dict[str, str]:
 
 
 def _check_form(args) -> None:
+    """The arguments make sense together and every output path is writable: checked before any work."""
+    check_output_path(args.json, "--json")
+    check_output_path(args.html, "--html")
+    check_timeout(args.timeout)
+    args.max_bytes = memory_size(args.max_memory) if args.max_memory is not None else None
+    for n in args.world_size or []:
+        check_world_size(n)
     dumps = args.seq is not None or args.dist is not None
     if dumps and args.case:
         raise UsageError("give either a case file or --seq and --dist, not both")
@@ -171,23 +205,53 @@ def _check_form(args) -> None:
         raise UsageError("--auto-relations, --expect and --kind apply to graph dumps (--seq/--dist)")
 
 
-def _run(args, progress):
+def _plan(args) -> list[tuple]:
+    """The runs, each (case file or None for dumps, world size or None, module), validated
+    before any capture: every case file loads and every world size is one it allows."""
+    sizes = args.world_size or [None]
+    if args.seq is not None:
+        return [(None, n, None) for n in sizes]
+    runs = []
+    for path in case_files(args.case):
+        module = load_case_module(path)
+        declared = getattr(module, "WORLD_SIZES", None)
+        for n in sizes:
+            if n is not None:
+                check_world_size(n, path, declared if isinstance(declared, (tuple, list, range)) else None)
+            runs.append((path, n, module))
+    return runs
+
+
+def _run(args, path, n, module, progress):
     from .api import verify_case, verify_dumps
     views = bool(args.html)
-    if args.seq is not None:
+    if path is None:
         return verify_dumps(args.seq, args.dist[0] if len(args.dist) == 1 else args.dist,
                             relations_file=args.relations, auto_relations=args.auto_relations,
                             expect=_expectations(args.expect), kind=args.kind, progress=progress, views=views,
-                            world_size=args.world_size, confirm_draws=_confirm_draws(args))
-    module = load_case_module(args.case)
+                            world_size=n, confirm_draws=_confirm_draws(args))
+    call = f"case({n or ''})"
     try:
-        case = module.case(args.world_size) if args.world_size else module.case()
+        case = module.case(n) if n else module.case()
     except Exception as exc:
-        raise UsageError(f"case({args.world_size or ''}) in {args.case} failed: {type(exc).__name__}: {exc}") from None
-    if args.world_size:
-        case.world_size = args.world_size
+        raise UsageError(f"{call} in {path} failed: {type(exc).__name__}: {exc}{user_location(exc)}") from None
+    check_case(case, path, call)
+    if n:
+        case.world_size = n
+    else:
+        check_world_size(case.world_size, path)
+    args.run_world = case.world_size  # for a report cut short by the budget
     return verify_case(case, relations_file=args.relations, progress=progress, views=views,
                        confirm_draws=_confirm_draws(args))
+
+
+def _tracked(bar):
+    """The progress callback: each stage is checked against the budget, then drawn."""
+    def progress(stage: str, done: int, total: int) -> None:
+        budget_stage(stage)
+        if bar is not None:
+            bar(stage, done, total)
+    return progress
 
 
 def _confirm_draws(args) -> int | None:
@@ -202,30 +266,67 @@ def _confirm_draws(args) -> int | None:
 def _verify(args) -> int:
     from rich.console import Console
 
-    from .api import InputError
-    from .frontends.fx_text import DumpError
-    from .relations.spec import RelationError
-    from .report.progress import progress_bar
-    from .report.terminal import render
+    from .report.summary import render_summary, summary_json
     _check_form(args)
     for plugin in args.plugin:
         load_plugin(plugin)
+    runs = _plan(args)
+    if len(runs) > 1 and args.html:
+        raise UsageError("--html draws one run: give one case file and one world size")
     to_stdout = args.json == "-"
-    console = Console(stderr=to_stdout)
+    console = Console(stderr=to_stdout, quiet=args.quiet >= 2)
+    if len(runs) == 1:
+        report = _verify_one(args, *runs[0], console)
+        _emit_json(args.json, report.to_json())
+        return report.exit_code
+    rows = []
+    for path, n, module in runs:
+        label = path or "dumps"
+        try:
+            rows.append((label, n, _verify_one(args, path, n, module, console)))
+        except UsageError as exc:  # one bad case among several: said, counted, the others still run
+            _say_error(str(exc))
+            rows.append((label, n, str(exc)))
+    if not to_stdout:
+        render_summary(rows, console)
+    data = summary_json(rows)
+    _emit_json(args.json, data)
+    return data["exit_code"]
+
+
+def _verify_one(args, path, n, module, console):
+    from .api import InputError
+    from .engine.budget import BudgetExceeded, budget
+    from .engine.result import Report
+    from .frontends.fx_text import DumpError
+    from .relations.spec import RelationError
+    from .report.progress import progress_bar
+    from .report.terminal import render, verdict_line
+    to_stdout = args.json == "-"
+    t0 = time.perf_counter()
     try:
-        with progress_bar(console, enabled=not to_stdout) as progress:
-            report = _run(args, progress)
+        with budget(args.timeout, args.max_bytes), \
+                progress_bar(console, enabled=not to_stdout and not args.quiet) as bar:
+            report = _run(args, path, n, module, _tracked(bar))
     except (InputError, RelationError, DumpError) as exc:
         raise UsageError(str(exc)) from None
-    if not to_stdout:
+    except BudgetExceeded as exc:
+        name = os.path.splitext(os.path.basename(path))[0] if path else "dumps"
+        report = Report("unknown", n or getattr(args, "run_world", 0) or 0, name=name,
+                        reason=f"stopped: {exc}; nothing was proved", stats={})
+        report.stats["wall_seconds"] = round(time.perf_counter() - t0, 4)
+    if report.world_size == 1:
+        report.reason = WORLD_ONE_NOTE + (f"; {report.reason}" if report.reason else "")
+    if not to_stdout and args.quiet == 1:
+        console.print(verdict_line(report))
+    elif not to_stdout:
         render(report, console, verbose=args.verbose or args.auto_relations)
     if args.html:
         from .report.html import render_html
         _write(args.html, render_html(report))
-        if not to_stdout:
+        if not to_stdout and not args.quiet:
             console.print(f"HTML report: {args.html}", style="dim", highlight=False, soft_wrap=True)
-    _emit_json(args.json, report.to_json())
-    return report.exit_code
+    return report
 
 
 def _zoo(args) -> int:
@@ -270,9 +371,12 @@ def _mutants(args) -> int:
     to_stdout = args.json == "-"
     console = Console(stderr=to_stdout)
     results = {}
+    if args.world_size is not None:
+        check_world_size(args.world_size)
     for path in args.cases:
         module = load_case_module(path)
         case = module.case(args.world_size) if args.world_size else module.case()
+        check_case(case, path, "case()")
         name = case.name or os.path.splitext(os.path.basename(path))[0]
         try:
             with progress_bar(console, enabled=not to_stdout) as progress:
@@ -304,6 +408,21 @@ def _write(path: str, text: str) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror}") from None
 
 
+def _say_error(message: str) -> None:
+    """One paragraph on stderr; a message that breaks its own lines (PyYAML's caret) keeps them."""
+    text = message if "\n" in message else textwrap.fill(message, 100, subsequent_indent="  ",
+                                                          break_on_hyphens=False, break_long_words=False)
+    print("shardproof: error: " + text, file=sys.stderr)
+
+
+def _error_object(args, message: str, code: int) -> None:
+    """``--json -``: an error still prints a JSON object on stdout."""
+    if getattr(args, "json", None) == "-":
+        from .engine.result import SCHEMA_VERSION
+        print(json.dumps({"schema_version": SCHEMA_VERSION, "status": "error", "message": message,
+                          "exit_code": code}, indent=2))
+
+
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -315,17 +434,24 @@ def main(argv=None) -> int:
         if args.command == "zoo":
             return _zoo(args)
     except UsageError as exc:
-        print("shardproof: error: " + textwrap.fill(str(exc), 100, subsequent_indent="  ", break_on_hyphens=False,
-                                                    break_long_words=False), file=sys.stderr)
+        _say_error(str(exc))
+        _error_object(args, str(exc), EXIT_INPUT)
         return EXIT_INPUT
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a shardproof defect: say so plainly, verdict unknown
-        if os.environ.get("SHARDPROOF_DEBUG"):
-            raise
-        print("shardproof: internal error (please report; set SHARDPROOF_DEBUG=1 for the traceback): "
-              + textwrap.fill(f"{type(exc).__name__}: {exc}", 100, subsequent_indent="  "), file=sys.stderr)
-        return 2
+    except Exception as exc:  # a shardproof defect: say so plainly, in one paragraph
+        debug = os.environ.get("SHARDPROOF_DEBUG") == "1"
+        if debug:
+            import traceback
+            traceback.print_exc()
+        what = f"{type(exc).__name__}: {exc}"
+        print(textwrap.fill(f"shardproof: internal error: {what}. This is a defect of shardproof, not of your "
+                            f"program: please report it with the command line"
+                            + (" and the traceback above." if debug else
+                               " (SHARDPROOF_DEBUG=1 prints the traceback)."), 100, subsequent_indent="  "),
+              file=sys.stderr)
+        _error_object(args, f"internal error: {what}", EXIT_INTERNAL)
+        return EXIT_INTERNAL
     return EXIT_INPUT
 
 

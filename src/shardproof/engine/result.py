@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+SCHEMA_VERSION = "1"
+
 
 @dataclass
 class Finding:

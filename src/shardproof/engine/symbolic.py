@@ -7,6 +7,7 @@ from ..algebra.layout import Val, full
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..ops.registry import RuleCtx, failed_check, lookup
+from .budget import check as check_budget
 from .lockstep import CollectiveMismatch, resolve, run_lockstep
 
 
@@ -40,6 +41,7 @@ def _opaque(terms: TermStore, node: Node, rank) -> object:
 def _evaluator(terms: TermStore, inputs: dict[str, Val], unsupported: list, world: int, label):
     def eval_node(rank: int, node: Node, env: dict):
         who = None if label == "seq" else rank
+        check_budget(node, who)
         if node.op == "input":
             return inputs[node.name]
         if node.op == "constant":

@@ -17,7 +17,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 import numpy as np
 
 from .by_value import _holds, candidate_relations, relation_by_value  # noqa: F401  (relation_by_value: re-exported)
-from .spec import DERIVED, Ignore, Relation, RelationError, Replicate, Shard, held, parse_relation
+from .spec import DERIVED, Ignore, Partial, Relation, RelationError, Replicate, Shard, held, parse_relation
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,8 @@ def load_yaml(path: str) -> RelationsFile:
     except OSError as exc:
         raise RelationError(f"cannot read relations file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise RelationError(f"relations file {path} is not valid YAML: {exc}") from None
+        where = str(exc).replace('"<unicode string>"', str(path))  # PyYAML's marks: line, column, caret
+        raise RelationError(f"relations file {path} is not valid YAML:\n{where}") from None
     data = data or {}
     if not isinstance(data, Mapping):
         raise RelationError(f"{path}: expected a mapping (sections {', '.join(SECTIONS)}), got {type(data).__name__}")
@@ -318,6 +319,8 @@ def _check_given(entry: SpecEntry, name: str, seq_name: str, rel: Relation, seq_
         return
     locals_ = [np.asarray(v[name]) for v in rank_values]
     world = len(locals_)
+    if isinstance(rel, Partial) and rel.op == "sum":
+        return _check_partial(entry, name, seq_name, seq_values, locals_, original_values)
     for values in (seq_values, original_values or {}):
         whole = values.get(seq_name)
         if whole is None:
@@ -333,8 +336,27 @@ def _check_given(entry: SpecEntry, name: str, seq_name: str, rel: Relation, seq_
             return
     rels, _ = candidate_relations(np.asarray(seq_values[seq_name]), locals_)
     fits = f"; their values fit {', '.join(map(str, rels))}" if rels else ""
-    raise RelationError(f"{entry.where}: the stated relation {rel} for {name!r} does not hold: the ranks do not hold "
-                        f"those pieces of single-device {seq_name!r}{fits}")
+    raise RelationError(f"{entry.where}: the stated relation {rel} for {name!r} does not hold: it is contradicted by "
+                        f"the values (the ranks do not hold those pieces of single-device {seq_name!r}){fits}")
+
+
+def _check_partial(entry: SpecEntry, name: str, seq_name: str, seq_values, locals_: list, original_values) -> None:
+    """A stated ``Partial("sum")`` of a parameter or buffer (the inputs `original_values`
+    holds) must hold for a live case's values: the ranks' values sum to the single-device
+    one (of the drawn values, or of the user's own). Data inputs are not judged: a relation
+    stated for data says what the ranks are given (the runs draw data that way)."""
+    if seq_name not in (original_values or {}):
+        return
+    for values in (seq_values, original_values or {}):
+        whole = values.get(seq_name)
+        if whole is None or any(np.shape(loc) != np.shape(whole) for loc in locals_):
+            return
+        if np.allclose(np.sum(locals_, axis=0), whole, rtol=1e-5, atol=1e-6):
+            return
+    rels, _ = candidate_relations(np.asarray(seq_values[seq_name]), locals_)
+    fits = f"; their values fit {', '.join(map(str, rels))}" if rels else ""
+    raise RelationError(f"{entry.where}: the stated relation Partial(\"sum\") for {name!r} does not hold: it is "
+                        f"contradicted by the values (the ranks' values do not sum to single-device {seq_name!r}){fits}")
 
 
 def _check_derived(entry: SpecEntry, name: str, seq_name: str, rel, seq_shapes, local_shapes) -> None:

@@ -325,7 +325,17 @@ def parse_relation(text) -> Relation:
     except RelationError:
         raise
     except Exception:
-        raise RelationError(f"cannot read relation {s!r}; expected one of Replicate(), Shard(dim), "
+        raise RelationError(f"cannot read relation {s!r}{_did_you_mean(s)}; expected one of Replicate(), Shard(dim), "
                             f"Partial(\"sum\"), Interleaved(dim, [sizes]), Slices(dim, {{rank: (start, stop)}}), "
                             f"Mesh([sizes], (placement per axis)), Ignore(), LocalIds(size), "
                             f"OutsideBlock(size, ids=NAME)") from None
+
+
+def _did_you_mean(text: str) -> str:
+    """`` (did you mean Shard(0)?)`` for a misspelt relation name, else ''."""
+    import difflib
+    m = re.match(r"\s*([A-Za-z_]\w*)", text)
+    if not m or m.group(1) in _NAMES:
+        return ""
+    close = difflib.get_close_matches(m.group(1), list(_NAMES), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}{text[m.end():].strip() or '()'}?)" if close else ""

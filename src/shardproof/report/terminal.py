@@ -18,7 +18,11 @@ def verdict_line(report: Report) -> Text:
     if report.strength:
         text.append(f" ({report.strength})")
     text.append(f"  {report.name or 'case'} at world size {report.world_size}")
-    if "seconds" in report.stats:
+    if "wall_seconds" in report.stats:  # the whole run, the proof split out
+        proof = f" (proof {report.stats['seconds']:.2f} s)" if "seconds" in report.stats else ""
+        text.append(f"  [{report.stats['wall_seconds']:.2f} s{proof}, {report.stats.get('nodes_dist', 0)} "
+                    f"distributed nodes]", style="dim")
+    elif "seconds" in report.stats:
         text.append(f"  [{report.stats['seconds']:.2f} s, {report.stats.get('nodes_dist', 0)} distributed nodes]",
                     style="dim")
     return text
