@@ -19,6 +19,13 @@ from shardproof import __version__, cli
 from shardproof.api import confirm, prepare, verify_prepared
 from shardproof.engine.budget import BudgetExceeded, budget
 
+
+@pytest.fixture(autouse=True)
+def _own_sys_path(monkeypatch):
+    """The CLI puts a case file's folder on sys.path; a copy of a zoo file in tmp_path must not
+    shadow the zoo module for the tests that run after this one."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
 TP_MLP = os.path.join(ZOO, "tp_mlp.py")
 MISSING = os.path.join(ZOO, "bugs", "missing_allreduce.py")
 ENV = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
