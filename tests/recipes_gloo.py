@@ -82,3 +82,23 @@ def gloo_training_agrees(relpath: str, world: int, **config) -> bool:
     ranks = gloo_train_grads(relpath, world, **config)
     want = single_grads(load_recipe(relpath).case(world, **config))
     return all(holds_its_part(g[n], want[n], r, world) for r, g in enumerate(ranks) for n in want)
+
+
+def gloo_forward(relpath: str, world: int, **config) -> list:
+    """Each rank's forward output (an array) of the recipe's distributed program on gloo."""
+    module = load_recipe(relpath)
+
+    def forward(rank, world):
+        case = module.case(world, **config)
+        with torch.no_grad():
+            return _numpy(case.distributed(rank, world)(**_rank_inputs(case, rank, world)))
+    return run_fn_on_gloo(forward, world)
+
+
+def gloo_forward_agrees(relpath: str, world: int, **config) -> bool:
+    """Whether every rank's forward output on gloo is its part of the single-device output."""
+    ranks = gloo_forward(relpath, world, **config)
+    case = load_recipe(relpath).case(world, **config)
+    with torch.no_grad():
+        want = case.single(**case.inputs).double().numpy()
+    return all(holds_its_part(got, want, r, world) for r, got in enumerate(ranks))

@@ -7,8 +7,8 @@ reduce-scatters the gradients into ``p.grad``; SGD updates each rank's shard.
 
 The loss is normalised by the *global* batch size, so FSDP must sum the gradients, not
 average them: ``set_gradient_divide_factor(1.0)`` on every FSDP module (it is per module).
-(This is also what lets the step run on gloo: FSDP2's default averaging uses
-``ReduceOp.PREMUL_SUM``, which gloo rejects.)
+``set_force_sum_reduction_for_comms(True)`` lets the step run on gloo too: otherwise FSDP2
+reduce-scatters with ``ReduceOp.PREMUL_SUM`` (AVG without a factor), which gloo rejects.
 
 shardproof proves each parameter's gradient and updated value are ``Shard(0)`` of the
 single-device ones. ``case(world_size, bug=None)``; ``bug="local_mean"`` divides each rank's
@@ -72,6 +72,7 @@ def shard(full: MLP, world: int, bug=None) -> FSDPStep:
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)  # sum: the loss is already divided globally
+            module.set_force_sum_reduction_for_comms(True)  # ReduceOp.SUM only (gloo has no PREMUL_SUM)
     return model
 
 
