@@ -56,44 +56,20 @@ def _reduce_scatter_seq(y):
     return out
 
 
-class CopyToTP(torch.autograd.Function):  # Megatron's f
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _all_reduce(grad)
+def _operator(name, forward, backward):
+    """An autograd Function whose forward and backward are the given collectives."""
+    return type(name, (torch.autograd.Function,), {"forward": staticmethod(lambda ctx, x: forward(x)),
+                                                   "backward": staticmethod(lambda ctx, grad: backward(grad))})
 
 
-class ReduceFromTP(torch.autograd.Function):  # Megatron's g
-    @staticmethod
-    def forward(ctx, y):
-        return _all_reduce(y)
+# Megatron's f and g, and the sequence-parallel pair (each the other's backward)
+CopyToTP = _operator("CopyToTP", lambda x: x.view_as(x), _all_reduce)  # f
+ReduceFromTP = _operator("ReduceFromTP", _all_reduce, lambda grad: grad)  # g
+GatherSeq = _operator("GatherSeq", _all_gather_seq, _reduce_scatter_seq)
+ScatterSeq = _operator("ScatterSeq", _reduce_scatter_seq, _all_gather_seq)
 
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
-class GatherSeq(torch.autograd.Function):  # sequence parallel: all_gather forward, reduce_scatter backward
-    @staticmethod
-    def forward(ctx, x):
-        return _all_gather_seq(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _reduce_scatter_seq(grad)
-
-
-class ScatterSeq(torch.autograd.Function):  # sequence parallel: reduce_scatter forward, all_gather backward
-    @staticmethod
-    def forward(ctx, y):
-        return _reduce_scatter_seq(y)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _all_gather_seq(grad)
+# how rank r holds each parameter: its chunk r along this dim (absent: the whole tensor)
+SHARD_DIMS = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1}
 
 
 class ParallelBlock(Block):
@@ -102,12 +78,10 @@ class ParallelBlock(Block):
         self.sp, self.bug = sequence_parallel, bug
         self.fc1 = nn.Linear(HIDDEN, FFN // world)
         self.fc2 = nn.Linear(FFN // world, HIDDEN)
+        whole = full.state_dict()
         with torch.no_grad():
-            self.ln.load_state_dict(full.ln.state_dict())
-            self.fc1.weight.copy_(full.fc1.weight.chunk(world, 0)[rank])
-            self.fc1.bias.copy_(full.fc1.bias.chunk(world, 0)[rank])
-            self.fc2.weight.copy_(full.fc2.weight.chunk(world, 1)[rank])
-            self.fc2.bias.copy_(full.fc2.bias)
+            for name, p in self.named_parameters():
+                p.copy_(whole[name].chunk(world, SHARD_DIMS[name])[rank] if name in SHARD_DIMS else whole[name])
 
     def forward(self, x):
         h = self.ln(x)
