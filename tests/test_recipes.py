@@ -70,14 +70,20 @@ def test_dtensor_plan_mistake_is_harmless_in_forward_but_not_in_training():
     assert "norm2.weight" in f.message and "Partial" in f.message, f.message
 
 
-@pytest.mark.parametrize("vocab_parallel_loss", [False, True], ids=["replicated-logits", "loss-parallel"])
-def test_dtensor_training_step(vocab_parallel_loss):
-    assert gloo_training_agrees(DTENSOR, 2, train=True, vocab_parallel_loss=vocab_parallel_loss)
-    report = _verify(DTENSOR, 2, train=True, vocab_parallel_loss=vocab_parallel_loss)
-    if report.status == "violation":  # a correct program (gloo agrees): a false violation
-        pytest.xfail("known false violation on the training step of a vocab-parallel embedding / "
-                     f"loss_parallel: {report.findings[0].message[:160]}")
-    assert report.status == "verified", report.reason
+def test_dtensor_training_step_verified_and_agrees_on_gloo():
+    report = _verify(DTENSOR, 2, train=True)
+    assert report.status == "verified" and report.strength == "proof", report.reason
+    assert gloo_training_agrees(DTENSOR, 2, train=True)
+
+
+def test_dtensor_training_step_under_loss_parallel_never_a_violation():
+    """Correct on gloo; shardproof proves it or names the op it stops at (the backward of
+    loss_parallel's vocab mask has no lemma yet), never a violation."""
+    assert gloo_training_agrees(DTENSOR, 2, train=True, vocab_parallel_loss=True)
+    report = _verify(DTENSOR, 2, train=True, vocab_parallel_loss=True)
+    assert report.status in ("verified", "unknown"), [f.message for f in report.findings]
+    if report.status == "unknown":
+        assert "op aten." in report.reason, report.reason
 
 
 @pytest.mark.parametrize("world", [2, 4])
