@@ -13,6 +13,7 @@ are named after the function's arguments in both programs, so ``--auto-relations
 them by name and shape (a weight whose dim 0 is halved: Shard(0)).
 """
 import os
+import socket
 import sys
 
 import torch
@@ -56,8 +57,8 @@ def dump(fn, inputs: dict, path: str) -> None:
         f.write(graph.print_readable(print_output=False))
 
 
-def _rank(rank: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("DUMPS_PORT", "29517"))
+def _rank(rank: int, out: str, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
         inputs = shard(weights(), rank, WORLD)
@@ -69,7 +70,10 @@ def _rank(rank: int, out: str) -> None:
 
 def main(out: str) -> None:
     dump(mlp, weights(), os.path.join(out, "tp1", "fw.g0.r0.py"))
-    mp.spawn(_rank, args=(out,), nprocs=WORLD, join=True)
+    with socket.socket() as s:  # a free port for the ranks' rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_rank, args=(out, port), nprocs=WORLD, join=True)
 
 
 if __name__ == "__main__":
