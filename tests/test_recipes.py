@@ -163,3 +163,16 @@ def test_jax_stablehlo_dumps(tmp_path):
     assert report.status == "verified" and report.strength == "proof", report.reason
     f = _first(verify_dumps(seq, str(tmp_path / "tp.bug.mlir"), auto_relations=True, expect=expect))
     assert f.kind == "partial-sum-never-reduced" and f.op == "xla.dot_general", f
+
+
+def test_torch_logs_dumps_then_verify(tmp_path):
+    """TORCH_LOGS=aot_graphs of torch.compile'd programs (each rank a process, as torchrun
+    starts them), cut into dump files, verified."""
+    make_dumps = _dumps_module()
+    from torch_logs import split_aot_graphs
+    make_dumps.main_torch_logs(str(tmp_path))
+    report = verify_dumps(str(tmp_path / "tp1"), str(tmp_path / "tp2"), auto_relations=True)
+    assert report.status == "verified" and report.strength == "proof", report.reason
+    log = (tmp_path / "logs" / "rank1.log").read_text()
+    torchrun = "\n".join(f"[rank{r}]:{line}" for line in log.splitlines() for r in (1, 0))  # interleaved ranks
+    assert split_aot_graphs(torchrun, "[rank1]:") == split_aot_graphs(log) != []

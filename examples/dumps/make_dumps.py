@@ -4,6 +4,9 @@
     shardproof verify --seq /tmp/mlp_dumps/tp1 --dist /tmp/mlp_dumps/tp2 --auto-relations       # verified
     shardproof verify --seq /tmp/mlp_dumps/tp1 --dist /tmp/mlp_dumps/tp2.bug --auto-relations   # violation
 
+    python examples/dumps/make_dumps.py /tmp/mlp_logs --torch-logs    # logs/, tp1/, tp2/ from TORCH_LOGS
+    shardproof verify --seq /tmp/mlp_logs/tp1 --dist /tmp/mlp_logs/tp2 --auto-relations         # verified
+
 The single-device MLP and its tensor-parallel version (column-parallel fc1, row-parallel fc2,
 all_reduce written with ``torch.distributed._functional_collectives``, so the collective is a
 graph op) are traced with ``make_fx`` and written with ``GraphModule.print_readable()``: one
@@ -11,9 +14,15 @@ file for the single device, one per rank (``fw.g0.r<rank>.py``), each rank in it
 of a real gloo group (as under torchrun). ``tp2.bug`` forgets the all_reduce. Placeholders
 are named after the function's arguments in both programs, so ``--auto-relations`` relates
 them by name and shape (a weight whose dim 0 is halved: Shard(0)).
+
+``--torch-logs``: the programs run under ``torch.compile(backend="aot_eager")`` with
+``TORCH_LOGS=aot_graphs``, the single device and each rank in its own process started as
+torchrun starts them (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``), each one's
+stderr kept in ``logs/``; ``torch_logs.py`` (beside this file) cuts the graphs out of the logs.
 """
 import os
 import socket
+import subprocess
 import sys
 
 import torch
@@ -68,13 +77,58 @@ def _rank(rank: int, out: str, port: int) -> None:
         dist.destroy_process_group()
 
 
-def main(out: str) -> None:
-    dump(mlp, weights(), os.path.join(out, "tp1", "fw.g0.r0.py"))
+def _free_port() -> int:
     with socket.socket() as s:  # a free port for the ranks' rendezvous
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_rank, args=(out, port), nprocs=WORLD, join=True)
+        return s.getsockname()[1]
+
+
+def main(out: str) -> None:
+    dump(mlp, weights(), os.path.join(out, "tp1", "fw.g0.r0.py"))
+    mp.spawn(_rank, args=(out, _free_port()), nprocs=WORLD, join=True)
+
+
+def _compile_worker(which: str) -> None:
+    """One process of the TORCH_LOGS route: the single device, or a rank (env:// rendezvous)."""
+    if which == "single":
+        torch.compile(mlp, backend="aot_eager", fullgraph=True)(*weights().values())
+        return
+    dist.init_process_group("gloo")
+    try:
+        inputs = shard(weights(), dist.get_rank(), dist.get_world_size())
+        torch.compile(tp_mlp, backend="aot_eager", fullgraph=True)(*inputs.values())
+    finally:
+        dist.destroy_process_group()
+
+
+def main_torch_logs(out: str) -> None:
+    from torch_logs import write_dumps
+    logs = os.path.join(out, "logs")
+    os.makedirs(logs, exist_ok=True)
+    env = dict(os.environ, TORCH_LOGS="aot_graphs", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+               WORLD_SIZE=str(WORLD))
+    jobs = [("single", dict(env))] + [(f"rank{r}", dict(env, RANK=str(r))) for r in range(WORLD)]
+    procs = []
+    for name, job_env in jobs:
+        with open(os.path.join(logs, f"{name}.log"), "w") as err:
+            procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", name],
+                                          env=job_env, stderr=err))
+    if any(p.wait(timeout=300) for p in procs):
+        raise RuntimeError(f"a process failed: see {logs}")
+    for name, _ in jobs:
+        with open(os.path.join(logs, f"{name}.log")) as f:
+            text = f.read()
+        if name == "single":
+            write_dumps(text, os.path.join(out, "tp1"), 0)
+        else:
+            write_dumps(text, os.path.join(out, "tp2"), int(name[4:]))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "mlp_dumps")
+    args = sys.argv[1:]
+    if args[:1] == ["--worker"]:
+        _compile_worker(args[1])
+    elif "--torch-logs" in args:
+        main_torch_logs(([a for a in args if a != "--torch-logs"] or ["mlp_logs"])[0])
+    else:
+        main(args[0] if args else "mlp_dumps")
