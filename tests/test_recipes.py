@@ -165,6 +165,7 @@ def test_jax_stablehlo_dumps(tmp_path):
     assert f.kind == "partial-sum-never-reduced" and f.op == "xla.dot_general", f
 
 
+@pytest.mark.slow  # three processes compile with torch.compile (~30 s on 2 busy cores)
 def test_torch_logs_dumps_then_verify(tmp_path):
     """TORCH_LOGS=aot_graphs of torch.compile'd programs (each rank a process, as torchrun
     starts them), cut into dump files, verified."""
