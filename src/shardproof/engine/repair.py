@@ -24,6 +24,7 @@ from .result import Finding
 from .verify import differing_outputs, verify_graphs
 
 MAX_CANDIDATES = 16
+MAX_PLACES = 8
 BUDGET_SECONDS = 20.0
 NEAR = 6  # how many of the finding node's nearest ancestors a repair may edit
 ALL_REDUCE = COLLECTIVE + "all_reduce"
@@ -45,6 +46,7 @@ class Repair:
     what: str
     node: str
     program: Optional[DistributedProgram]
+    nodes: tuple = ()  # every node the repair edits (the same hunk, needed at several places)
 
 
 # ---------------------------------------------------------------- where, in the user's words
@@ -107,7 +109,7 @@ def _downstream_reductions(graph: Graph, node: Node) -> list[Node]:
             if u in seen:
                 continue
             seen.add(u)
-            if u.op == ALL_REDUCE:
+            if u.op == ALL_REDUCE and u.args[1] == "sum":
                 out.append(u)
             todo.append(u)
     return out
@@ -388,14 +390,21 @@ def candidates(seq: Graph, dist: DistributedProgram, finding: Finding) -> Iterat
 
 # ---------------------------------------------------------------- proof
 
-def proved(seq: Graph, program: DistributedProgram, bindings: dict, expect: dict | None, examples: dict | None,
-           gradients: frozenset = frozenset()) -> bool:
-    """The repaired program verified by the rules, and numerically equal on random inputs."""
+def _verified(seq: Graph, program: DistributedProgram, bindings: dict, expect: dict | None, examples: dict | None,
+              gradients: frozenset):
+    """The engine's report on `program`; None when the engine cannot read it."""
     try:
-        report = verify_graphs(seq, program, bindings, expect, examples=examples, gradients=gradients)
+        return verify_graphs(seq, program, bindings, expect, examples=examples, gradients=gradients)
     except Exception:  # noqa: BLE001 - an edit the engine cannot read is no repair
-        return False
-    if report.status != "verified" or report.strength != "proof":
+        return None
+
+
+def proved(seq: Graph, program: DistributedProgram, bindings: dict, expect: dict | None, examples: dict | None,
+           gradients: frozenset = frozenset(), report=None) -> bool:
+    """The repaired program verified by the rules (a proof), and numerically equal on random
+    inputs."""
+    report = report or _verified(seq, program, bindings, expect, examples, gradients)
+    if report is None or report.status != "verified" or report.strength != "proof":
         return False
     try:
         return not differing_outputs(seq, program, bindings, expect, examples, seed=0)[0]
@@ -405,15 +414,41 @@ def proved(seq: Graph, program: DistributedProgram, bindings: dict, expect: dict
         return False
 
 
+def _settle(seq: Graph, c: Repair, bindings: dict, expect, examples, gradients: frozenset,
+            deadline: float) -> Optional[Repair]:
+    """`c` when its program is proved; where the same hunk (the same edit at the same source
+    line) is needed at further nodes -- the engine's next finding asks for it, e.g. every
+    gradient reduced through one helper -- `c` applied there too, up to MAX_PLACES."""
+    program, nodes = c.program, [c.node]
+    while time.perf_counter() < deadline:
+        report = _verified(seq, program, bindings, expect, examples, gradients)
+        if report is None:
+            return None
+        if report.status == "verified":
+            if not proved(seq, program, bindings, expect, examples, gradients, report):
+                return None
+            what = c.what if len(nodes) == 1 else f"{c.what}, at {len(nodes)} nodes ({', '.join(nodes)})"
+            return Repair(c.kind, what, c.node, program, nodes)
+        if report.status != "violation" or not report.findings or len(nodes) >= MAX_PLACES:
+            return None
+        again = next((d for d in candidates(seq, program, report.findings[0]) if d.what == c.what and d.node not in
+                      nodes), None)
+        if again is None:
+            return None
+        program, nodes = again.program, nodes + [again.node]
+    return None
+
+
 def suggest(seq: Graph, dist: DistributedProgram, bindings: dict, expect: dict | None, examples: dict | None,
             finding: Finding, gradients: frozenset = frozenset(), limit: int = MAX_CANDIDATES,
             budget: float = BUDGET_SECONDS) -> Optional[Repair]:
     """The first candidate repair of `finding` whose repaired program is proved; None when
     none is (within `limit` candidates and `budget` seconds)."""
-    t0 = time.perf_counter()
+    deadline = time.perf_counter() + budget
     for i, c in enumerate(candidates(seq, dist, finding)):
-        if i >= limit or time.perf_counter() - t0 > budget:
+        if i >= limit or time.perf_counter() > deadline:
             return None
-        if proved(seq, c.program, bindings, expect, examples, gradients):
-            return c
+        fixed = _settle(seq, c, bindings, expect, examples, gradients, deadline)
+        if fixed is not None:
+            return fixed
     return None
