@@ -25,7 +25,7 @@ from .verify import differing_outputs, verify_graphs
 
 MAX_CANDIDATES = 16
 MAX_PLACES = 8
-BUDGET_SECONDS = 20.0
+BUDGET_SECONDS = 15.0
 NEAR = 6  # how many of the finding node's nearest ancestors a repair may edit
 ALL_REDUCE = COLLECTIVE + "all_reduce"
 SCALARS = (int, float)
