@@ -23,16 +23,17 @@ from .numeric import NumericError
 from .result import Finding
 from .verify import differing_outputs, verify_graphs
 
-MAX_CANDIDATES = 16
+MAX_CANDIDATES = 24
 MAX_PLACES = 8
-BUDGET_SECONDS = 15.0
+BUDGET_SECONDS = 30.0
 NEAR = 6  # how many of the finding node's nearest ancestors a repair may edit
 ALL_REDUCE = COLLECTIVE + "all_reduce"
 SCALARS = (int, float)
 INSERT_KINDS = ("partial-sum-never-reduced", "missing-gradient-reduction", "nonlinearity-on-partial",
                 "broken-dataflow")
 REMOVE_KINDS = ("reduced-twice", "scaling-mismatch", "replicated-counted-per-rank", "wrong-reduce-op")
-SCALE_KINDS = ("scaling-mismatch", "wrong-normalization", "replicated-counted-per-rank", "wrong-reduce-op")
+SCALE_KINDS = ("scaling-mismatch", "wrong-normalization", "replicated-counted-per-rank", "wrong-reduce-op",
+               "rank-specific-mismatch")
 CONSTANT_KINDS = ("value-mismatch", "rank-specific-mismatch", "scaling-mismatch")
 SLICE_KINDS = ("wrong-shard-offset", "value-mismatch", "rank-specific-mismatch")
 
@@ -58,6 +59,13 @@ def at(node: Node) -> str:
         return f"node {node.name}"
     code = f" (`{s.code.strip()}`)" if s.code else ""
     return f"line {s.line} of {os.path.basename(s.file)}{code}"
+
+
+def _on(f: Finding, dist: DistributedProgram) -> str:
+    """` on rank(s) ...` for a repair of some ranks only; empty for all of them."""
+    if sorted(f.rank) == list(range(dist.world_size)):
+        return ""
+    return f" on rank{'s' if len(f.rank) > 1 else ''} {', '.join(map(str, f.rank))}"
 
 
 def _coll_name(coll: Node) -> str:
@@ -141,6 +149,12 @@ def _remove_reduction(g: Graph, coll_name: str) -> Optional[bool]:
 def _scale_after(g: Graph, name: str, factor: float) -> None:
     x = g.node(name)
     _insert_after(g, x, [Node(f"{name}_fix_scaled", "aten.mul", (x, factor), {}, x.type, x.source)])
+
+
+def _factors(world: int) -> list[float]:
+    """Scale factors a wrong scale is likely off by: the world size (a sum over ranks
+    counted as a mean, or the reverse) and 2 (a half-size group, e.g. dp of dp x tp)."""
+    return list(dict.fromkeys((world, 1 / world, 2, 1 / 2)))
 
 
 def _scalar_positions(n: Node) -> list[int]:
@@ -240,8 +254,9 @@ def _scale_candidates(seq: Graph, dist: DistributedProgram, f: Finding) -> Itera
     if not g.has(f.node) or not _float_tensor(g.node(f.node)):
         return
     node = g.node(f.node)
-    for factor, words in ((1 / world, f"divide by {world}"), (float(world), f"multiply by {world}")):
-        yield Repair("scale", f"{words} after {at(node)}", node.name,
+    for c in _factors(world):
+        factor, words = float(c), f"multiply by {int(c)}" if c >= 1 else f"divide by {round(1 / c)}"
+        yield Repair("scale", f"{words}{_on(f, dist)} after {at(node)}", node.name,
                      _edit(dist, f.rank, lambda g, r, name=node.name, c=factor: _scale_after(g, name, c)))
 
 
@@ -290,13 +305,13 @@ def _constant_candidates(seq: Graph, dist: DistributedProgram, f: Finding) -> It
             old = ", ".join(repr(n.args[i]) for i in pos)
             label = "the single-device program" if donor == "seq" else f"rank {donor}"
             yield Repair("constant", f"use {', '.join(repr(s.args[i]) for i in pos)} (as {label} does) instead of "
-                         f"{old} at {at(n)}", n.name, _edit(dist, f.rank, set_constants))
+                         f"{old}{_on(f, dist)} at {at(n)}", n.name, _edit(dist, f.rank, set_constants))
         if f.kind == "scaling-mismatch" and n.op in ("aten.mul", "aten.div"):
             world = dist.world_size
             for i in pos:
-                for c in (world, 1 / world):
+                for c in _factors(world):
                     v = n.args[i] * c
-                    yield Repair("scale", f"use {v!r} instead of {n.args[i]!r} at {at(n)}", n.name,
+                    yield Repair("scale", f"use {v!r} instead of {n.args[i]!r}{_on(f, dist)} at {at(n)}", n.name,
                                  _edit(dist, f.rank, lambda g, r, name=n.name, i=i, c=c: [
                                      _set_arg(g.node(x), i, g.node(x).args[i] * c)
                                      for x in _siblings(g, g.node(name))]))
