@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
-from ..ir.graph import DistributedProgram, Graph, Node, TensorType
+from ..ir.graph import DistributedProgram, Graph, Node, TensorType, descendants
 from .mutation_edits import COLLECTIVE, REDUCING, WAIT, _edit, _insert_after, _replace_uses, _set_arg
 from .numeric import NumericError
 from .result import Finding
@@ -110,17 +110,7 @@ def _reducing_near(graph: Graph, name: str) -> list[Node]:
 
 def _downstream_reductions(graph: Graph, node: Node) -> list[Node]:
     """All_reduce collectives that read `node`, directly or through later nodes."""
-    users, seen, todo, out = graph.users(), set(), [node], []
-    while todo:
-        n = todo.pop(0)
-        for u in users.get(n, []):
-            if u in seen:
-                continue
-            seen.add(u)
-            if u.op == ALL_REDUCE and u.args[1] == "sum":
-                out.append(u)
-            todo.append(u)
-    return out
+    return [u for u in descendants(node, graph.users()) if u.op == ALL_REDUCE and u.args[1] == "sum"]
 
 
 # ---------------------------------------------------------------- edits
