@@ -28,9 +28,9 @@ FAST = [  # (zoo case, repair class)
     ("attention_scale_local_heads", "constant"),
     ("constant_pow_one_rank", "constant"),
     ("sp_layernorm_wrong_shard", "slice"),
-    ("rescaled_accumulation", "scale"),
 ]
 SLOW = [
+    ("rescaled_accumulation", "scale"),
     ("dtensor_wrong_plan", "insert-reduction"),
     ("tokenspeed_80_full_mlp_summed", "remove-reduction"),
     ("pytorch_165962_max_of_partial", "move-reduction"),
@@ -48,12 +48,21 @@ SLOW = [
     ("moe_expert_grad_doubled_ep2", "scale"),
     ("verdict07_eps_add_one_rank", "constant"),
     ("verdict08_pow_one_rank", "constant"),
+    ("verdict08_pow_all_ranks", "constant"),
+    ("verdict09_eps_add_two_ranks", "constant"),
+    ("replicated_grad_wrong_group", "scale"),
+    ("moe_expert_grad_ep_times_too_large", "reduce-op"),
 ]
 NOT_EXECUTABLE = {"fsdp2_divide_factor_root_only"}  # its graphs hold profiler record_function ops
 NO_FIX = ["nonlinearity_on_partial", "bias_before_allreduce", "allgather_wrong_dim"]
 
 
-def _prepared(name: str, world: int = 2):
+WORLDS = {"verdict09_eps_add_two_ranks": 4, "replicated_grad_wrong_group": 4,  # bugs that need 4 ranks
+          "moe_expert_grad_ep_times_too_large": 4}
+
+
+def _prepared(name: str, world: int | None = None):
+    world = world or WORLDS.get(name, 2)
     return prepare(importlib.import_module(name).case(world), world)
 
 

@@ -285,13 +285,10 @@ def _constant_candidates(seq: Graph, dist: DistributedProgram, f: Finding) -> It
                     [s.args[i] for i in pos] == [n.args[i] for i in pos]:
                 continue
 
-            def set_constants(g, r, name=n.name, donor=donor, pos=pos):
-                for sib in _siblings(g, g.node(name)):
-                    d = _donor(dist, seq, donor, sib) if sib != name else s
-                    if d is None or d.op != g.node(sib).op:
-                        return False
-                    for i in pos:
-                        _set_arg(g.node(sib), i, d.args[i])
+            def set_constants(g, r, name=n.name, new=[s.args[i] for i in pos], pos=pos):
+                for sib in _siblings(g, g.node(name)):  # one source line: its constant, wherever it is used
+                    for i, v in zip(pos, new):
+                        _set_arg(g.node(sib), i, v)
             old = ", ".join(repr(n.args[i]) for i in pos)
             label = "the single-device program" if donor == "seq" else f"rank {donor}"
             yield Repair("constant", f"use {', '.join(repr(s.args[i]) for i in pos)} (as {label} does) instead of "
@@ -336,8 +333,10 @@ def _slice_candidates(seq: Graph, dist: DistributedProgram, f: Finding) -> Itera
                     width = min(s.args[3], s.args[0].type.shape[s.args[1]]) - s.args[2]
                     _set_arg(s, 2, starts[r])
                     _set_arg(s, 3, starts[r] + width)
-            bounds = ", ".join(f"rank {r}: [{starts[r]}:{starts[r] + length})" for r in f.rank)
-            yield Repair("slice", f"slice dim {dim} at {bounds} instead of [{start}:{stop}) at {at(n)}", n.name,
+            bounds = ", ".join((f"rank {r}: " if len(f.rank) > 1 else "") + f"[{starts[r]}:{starts[r] + length})"
+                               for r in f.rank)
+            yield Repair("slice", f"slice dim {dim} as {bounds} instead of [{start}:{stop}){_on(f, dist)} at {at(n)}",
+                         n.name,
                          _edit(dist, f.rank, shift))
 
 
