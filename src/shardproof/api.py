@@ -391,18 +391,20 @@ def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
     if p.gradients:
         report.parameters = parameter_table(p, report)
     if report.status == "violation" and report.findings and fixes:
-        suggest_fix(p, report.findings[0])
+        suggest_fix(p, report.findings[0], report.stats.get("seconds"))
     if report.status == "verified":
         confirm(p, report, CONFIRM_DRAWS if confirm_draws is None else confirm_draws)
     return report
 
 
-def suggest_fix(p: Prepared, finding):
+def suggest_fix(p: Prepared, finding, seconds: float | None = None):
     """A proved repair of `finding` (:mod:`shardproof.engine.repair`), set as its ``fix``
     (the one-line hunk) and returned (its class, the repaired program); None, and the
-    finding left as it is, when no candidate repair is proved."""
-    from .engine.repair import suggest
-    repair = suggest(p.seq, p.dist, p.bindings, p.expect, p.examples, finding, p.gradients)
+    finding left as it is, when no candidate repair is proved. `seconds` (the verification's
+    own time) sizes the search's time box."""
+    from .engine.repair import budget_for, suggest
+    repair = suggest(p.seq, p.dist, p.bindings, p.expect, p.examples, finding, p.gradients,
+                     budget=budget_for(seconds))
     if repair is not None:
         finding.fix = repair.what
     return repair

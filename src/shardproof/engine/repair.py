@@ -26,6 +26,8 @@ from .verify import differing_outputs, verify_graphs
 MAX_CANDIDATES = 24
 MAX_PLACES = 8
 BUDGET_SECONDS = 30.0
+MIN_BUDGET = 10.0
+RE_VERIFICATIONS = 5
 NEAR = 6  # how many of the finding node's nearest ancestors a repair may edit
 ALL_REDUCE = COLLECTIVE + "all_reduce"
 SCALARS = (int, float)
@@ -441,6 +443,14 @@ def _settle(seq: Graph, c: Repair, bindings: dict, expect, examples, gradients: 
             return None
         program, nodes = again.program, nodes + [again.node]
     return None
+
+
+def budget_for(seconds: float | None) -> float:
+    """The search's time box for a program whose verification took `seconds`: a few
+    re-verifications' worth, at least MIN_BUDGET and at most BUDGET_SECONDS."""
+    if seconds is None:
+        return BUDGET_SECONDS
+    return min(BUDGET_SECONDS, max(MIN_BUDGET, RE_VERIFICATIONS * seconds))
 
 
 def suggest(seq: Graph, dist: DistributedProgram, bindings: dict, expect: dict | None, examples: dict | None,
