@@ -52,13 +52,15 @@ SLOW = [
     ("verdict09_eps_add_two_ranks", "constant"),
     ("replicated_grad_wrong_group", "scale"),
     ("moe_expert_grad_ep_times_too_large", "reduce-op"),
+    ("verdict12_attention_scale_one_rank", "constant"),
+    ("verdict13_attention_scale_all_ranks", "constant"),
 ]
 NOT_EXECUTABLE = {"fsdp2_divide_factor_root_only"}  # its graphs hold profiler record_function ops
 NO_FIX = ["nonlinearity_on_partial", "bias_before_allreduce", "allgather_wrong_dim"]
 
 
 WORLDS = {"verdict09_eps_add_two_ranks": 4, "replicated_grad_wrong_group": 4,  # bugs that need 4 ranks
-          "moe_expert_grad_ep_times_too_large": 4}
+          "moe_expert_grad_ep_times_too_large": 4, "verdict12_attention_scale_one_rank": 4}
 
 
 def _prepared(name: str, world: int | None = None):

@@ -267,6 +267,26 @@ def _donor(dist: DistributedProgram, seq: Graph, donor, name: str) -> Optional[N
     return g.node(name) if g.has(name) else None
 
 
+def _scalar_kwargs(n: Node) -> dict:
+    return {k: v for k, v in n.kwargs.items() if v is None or (isinstance(v, SCALARS) and not isinstance(v, bool))}
+
+
+def _keyword_constants(dist: DistributedProgram, f: Finding, n: Node, s: Node, label: str) -> Iterator[Repair]:
+    """`n`'s scalar keyword arguments (e.g. an attention's ``scale=``) set to donor `s`'s."""
+    mine, theirs = _scalar_kwargs(n), _scalar_kwargs(s)
+    if mine == theirs:
+        return
+    words = ", ".join([f"use `{k}={theirs[k]!r}` instead of {mine.get(k)!r}" for k in theirs
+                       if theirs[k] != mine.get(k)] + [f"drop `{k}={mine[k]!r}`" for k in mine if k not in theirs])
+
+    def set_kwargs(g, r, name=n.name):
+        for sib in _siblings(g, g.node(name)):
+            x = g.node(sib)
+            x.kwargs = {**{k: v for k, v in x.kwargs.items() if k not in mine}, **theirs}
+    yield Repair("constant", f"{words} (as {label} does){_on(f, dist)} at {at(n)}", n.name,
+                 _edit(dist, f.rank, set_kwargs))
+
+
 def _constant_candidates(seq: Graph, dist: DistributedProgram, f: Finding) -> Iterator[Repair]:
     """A node's scalar constants (and its siblings') set to the single-device counterpart's
     (all ranks wrong) or to another rank's (one rank wrong); a scaling's constant scaled by
@@ -277,14 +297,15 @@ def _constant_candidates(seq: Graph, dist: DistributedProgram, f: Finding) -> It
     others = [r for r in _every(dist) if r not in f.rank]
     for n in _near(g, f.node, 3):
         pos = _scalar_positions(n)
-        if not pos:
-            continue
         for donor in (others[:1] or ["seq"]):
             s = _donor(dist, seq, donor, n.name)
             if s is None and donor == "seq" and n.name == f.node and f.counterpart:
                 s = _donor(dist, seq, donor, f.counterpart)
-            if s is None or s.op != n.op or _scalar_positions(s) != pos or \
-                    [s.args[i] for i in pos] == [n.args[i] for i in pos]:
+            if s is None or s.op != n.op:
+                continue
+            label = "the single-device program" if donor == "seq" else f"rank {donor}"
+            yield from _keyword_constants(dist, f, n, s, label)
+            if not pos or _scalar_positions(s) != pos or [s.args[i] for i in pos] == [n.args[i] for i in pos]:
                 continue
 
             def set_constants(g, r, name=n.name, new=[s.args[i] for i in pos], pos=pos):
@@ -292,7 +313,6 @@ def _constant_candidates(seq: Graph, dist: DistributedProgram, f: Finding) -> It
                     for i, v in zip(pos, new):
                         _set_arg(g.node(sib), i, v)
             old = ", ".join(repr(n.args[i]) for i in pos)
-            label = "the single-device program" if donor == "seq" else f"rank {donor}"
             yield Repair("constant", f"use {', '.join(repr(s.args[i]) for i in pos)} (as {label} does) instead of "
                          f"{old}{_on(f, dist)} at {at(n)}", n.name, _edit(dist, f.rank, set_constants))
         if f.kind == "scaling-mismatch" and n.op in ("aten.mul", "aten.div"):
