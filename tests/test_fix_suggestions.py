@@ -60,7 +60,8 @@ NO_FIX = ["nonlinearity_on_partial", "bias_before_allreduce", "allgather_wrong_d
 
 
 WORLDS = {"verdict09_eps_add_two_ranks": 4, "replicated_grad_wrong_group": 4,  # bugs that need 4 ranks
-          "moe_expert_grad_ep_times_too_large": 4, "verdict12_attention_scale_one_rank": 4}
+          "moe_expert_grad_ep_times_too_large": 4, "verdict12_attention_scale_one_rank": 4,
+          "verdict13_attention_scale_all_ranks": 4}
 
 
 def _prepared(name: str, world: int | None = None):
