@@ -387,21 +387,38 @@ NO_CONFIRM = -1
 
 
 def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
-                    confirm_draws: int | None = None) -> Report:
+                    confirm_draws: int | None = None, fixes: bool = True) -> Report:
     """Verify; with `views` the report carries every node's relation status (``report.graphs``:
     the single-device graph, then each rank's), which the HTML report draws. A training
     step's report tabulates each parameter's gradient and updated value.
 
     A proof is confirmed by running the programs for real (:func:`confirm`) on the case's
     own values and `confirm_draws` fresh draws (default :data:`CONFIRM_DRAWS`;
-    :data:`NO_CONFIRM`: not run): the verdict is verified only when execution confirms it."""
+    :data:`NO_CONFIRM`: not run): the verdict is verified only when execution confirms it.
+    With `fixes`, a violation's first finding carries a proved repair where one is found
+    (:func:`suggest_fix`)."""
     report = verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name, views=views,
                            progress=progress, gradients=p.gradients)
     if p.gradients:
         report.parameters = parameter_table(p, report)
+    if report.status == "violation" and report.findings and fixes:
+        suggest_fix(p, report.findings[0], report.stats.get("seconds"))
     if report.status == "verified":
         confirm(p, report, CONFIRM_DRAWS if confirm_draws is None else confirm_draws)
     return report
+
+
+def suggest_fix(p: Prepared, finding, seconds: float | None = None):
+    """A proved repair of `finding` (:mod:`shardproof.engine.repair`), set as its ``fix``
+    (the one-line hunk) and returned (its class, the repaired program); None, and the
+    finding left as it is, when no candidate repair is proved. `seconds` (the verification's
+    own time) sizes the search's time box."""
+    from .engine.repair import budget_for, suggest
+    repair = suggest(p.seq, p.dist, p.bindings, p.expect, p.examples, finding, p.gradients,
+                     budget=budget_for(seconds))
+    if repair is not None:
+        finding.fix = repair.what
+    return repair
 
 
 def confirm(p: Prepared, report: Report, draws: int = CONFIRM_DRAWS) -> Report:

@@ -17,7 +17,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph, Node, descendants
 
 VALID_INDICES = "class targets and token ids are valid indices (no ignore_index entries)"
 
@@ -64,17 +64,7 @@ INDEX_READERS = {"aten.embedding", "aten.embedding_dense_backward", "aten.index"
 
 def _index_reader(node: Node, users: dict) -> Optional[Node]:
     """The first op downstream of `node` (along any path) that takes its values as indices."""
-    todo, seen = [node], set()
-    while todo:
-        n = todo.pop(0)
-        for u in users.get(n, []):
-            if u in seen:
-                continue
-            seen.add(u)
-            if u.op in INDEX_READERS:
-                return u
-            todo.append(u)
-    return None
+    return next((u for u in descendants(node, users) if u.op in INDEX_READERS), None)
 
 
 def _arg(node: Node, pos: int, name: str, default):

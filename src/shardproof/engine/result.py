@@ -20,6 +20,7 @@ class Finding:
     hint: str = ""
     counterexample: dict | None = None
     counterpart: str | None = None  # the single-device tensor the finding's tensor should relate to
+    fix: str | None = None  # a proved repair, as a one-line hunk against the user's source (engine/repair.py)
 
 
 @dataclass

@@ -124,6 +124,19 @@ class Graph:
         return out
 
 
+def descendants(node: Node, users: dict) -> Iterator[Node]:
+    """The nodes downstream of `node` along any path (breadth first, each once), given the
+    graph's ``users()``."""
+    todo, seen = [node], set()
+    while todo:
+        n = todo.pop(0)
+        for u in users.get(n, []):
+            if u not in seen:
+                seen.add(u)
+                yield u
+                todo.append(u)
+
+
 @dataclass(eq=False)
 class DistributedProgram:
     """One graph per rank of a world; rank r runs ``graphs[r]``."""

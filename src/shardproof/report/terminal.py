@@ -81,6 +81,8 @@ def _finding(i: int, f) -> Panel:
         lines.append(Text(f"  rank {cex.get('rank')} holds:\n    " + str(cex.get("distributed")).replace("\n", "\n    ")))
     if f.hint:
         lines.append(Text.assemble(("hint: ", "bold cyan"), f.hint))
+    if f.fix:
+        lines.append(Text.assemble(("proved fix: ", "bold green"), f.fix))
     return Panel(Group(*lines), title=f"finding {i}", title_align="left", border_style="red")
 
 
