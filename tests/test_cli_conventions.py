@@ -321,3 +321,12 @@ def test_stated_relation_contradicted_by_values(tmp_path, capsys):
     code, _, err = main(capsys, "verify", TP_MLP, "--relations", rel)
     text = one_paragraph(err)
     assert code == 3 and "contradicted by the values" in text and "their values fit Shard(0)" in text
+
+
+@pytest.mark.fix_search
+def test_no_fix_flag_turns_the_fix_search_off(capsys):
+    """By default a violation carries its proved fix; `--no-fix` skips the search."""
+    code, out, _ = main(capsys, "verify", MISSING, "--json", "-")
+    assert code == 1 and json.loads(out)["findings"][0]["fix"].startswith("insert `all_reduce(sum)`")
+    code, out, _ = main(capsys, "verify", MISSING, "--json", "-", "--no-fix")
+    assert code == 1 and json.loads(out)["findings"][0]["fix"] is None

@@ -21,6 +21,8 @@ from shardproof.api import NO_CONFIRM, prepare, suggest_fix, verify_prepared  # 
 from shardproof.engine.repair import candidates  # noqa: E402
 from shardproof.engine.verify import differing_outputs, verify_graphs  # noqa: E402
 
+pytestmark = pytest.mark.fix_search  # the default search for proved fixes is on here
+
 FAST = [  # (zoo case, repair class)
     ("missing_allreduce", "insert-reduction"),
     ("double_allreduce", "remove-reduction"),

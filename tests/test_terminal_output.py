@@ -40,6 +40,7 @@ def _check_snapshot(name: str, text: str) -> None:
         assert text == f.read(), f"terminal output changed; if intended, SHARDPROOF_UPDATE_SNAPSHOTS=1 updates {path}"
 
 
+@pytest.mark.fix_search
 @pytest.mark.parametrize("case,snapshot", [("tp_mlp", "tp_mlp_verified.txt"),
                                            ("missing_allreduce", "missing_allreduce_violation.txt")])
 def test_terminal_report_snapshot(case, snapshot, monkeypatch):

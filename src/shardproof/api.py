@@ -354,23 +354,25 @@ def _output(graph: Graph, name: str):
 
 def verify_case(case: Case, world_size: int | None = None, relations: dict | None = None,
                 relations_file: str | None = None, progress: Progress = None, views: bool = False,
-                confirm_draws: int | None = None) -> Report:
-    """Capture and verify `case` (see :func:`prepare` for the options; `views` and
-    `confirm_draws`: see :func:`verify_prepared`)."""
+                confirm_draws: int | None = None, fixes: bool | None = None) -> Report:
+    """Capture and verify `case` (see :func:`prepare` for the options; `views`,
+    `confirm_draws` and `fixes`: see :func:`verify_prepared`)."""
     t0 = time.perf_counter()
     p = prepare(case, world_size, relations, relations_file, progress)
     steps = p.dist.world_size + 1
-    return _timed(verify_prepared(p, views, _offset(progress, steps, steps + len(ENGINE_STAGES)), confirm_draws), t0)
+    return _timed(verify_prepared(p, views, _offset(progress, steps, steps + len(ENGINE_STAGES)), confirm_draws,
+                                  fixes), t0)
 
 
 def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
                  expect: dict | None = None, kind: str | None = None, progress: Progress = None,
-                 views: bool = False, world_size: int | None = None, confirm_draws: int | None = None) -> Report:
-    """Load and verify graph dumps (see :func:`prepare_dumps` for the options; `views` and
-    `confirm_draws`: see :func:`verify_prepared`)."""
+                 views: bool = False, world_size: int | None = None, confirm_draws: int | None = None,
+                 fixes: bool | None = None) -> Report:
+    """Load and verify graph dumps (see :func:`prepare_dumps` for the options; `views`,
+    `confirm_draws` and `fixes`: see :func:`verify_prepared`)."""
     t0 = time.perf_counter()
     p = prepare_dumps(seq_path, dist_path, relations_file, auto_relations, expect, kind, progress, world_size)
-    return _timed(verify_prepared(p, views, _offset(progress, 2, 2 + len(ENGINE_STAGES)), confirm_draws), t0)
+    return _timed(verify_prepared(p, views, _offset(progress, 2, 2 + len(ENGINE_STAGES)), confirm_draws, fixes), t0)
 
 
 def _timed(report: Report, t0: float) -> Report:
@@ -384,10 +386,13 @@ CONFIRM_DRAWS = 2
 """Fresh random value sets a proof is confirmed on by execution, besides the case's own."""
 NO_CONFIRM = -1
 """``confirm_draws=NO_CONFIRM``: do not run the programs (the best verdict is then unknown)."""
+FIX_SEARCH = True
+"""Whether a violation's report searches for a proved fix when the caller does not say
+(``fixes=None``); the CLI's ``--no-fix`` and ``fixes=False`` turn it off for one run."""
 
 
 def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
-                    confirm_draws: int | None = None, fixes: bool = True) -> Report:
+                    confirm_draws: int | None = None, fixes: bool | None = None) -> Report:
     """Verify; with `views` the report carries every node's relation status (``report.graphs``:
     the single-device graph, then each rank's), which the HTML report draws. A training
     step's report tabulates each parameter's gradient and updated value.
@@ -395,13 +400,13 @@ def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
     A proof is confirmed by running the programs for real (:func:`confirm`) on the case's
     own values and `confirm_draws` fresh draws (default :data:`CONFIRM_DRAWS`;
     :data:`NO_CONFIRM`: not run): the verdict is verified only when execution confirms it.
-    With `fixes`, a violation's first finding carries a proved repair where one is found
-    (:func:`suggest_fix`)."""
+    With `fixes` (default :data:`FIX_SEARCH`), a violation's first finding carries a proved
+    repair where one is found (:func:`suggest_fix`)."""
     report = verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name, views=views,
                            progress=progress, gradients=p.gradients)
     if p.gradients:
         report.parameters = parameter_table(p, report)
-    if report.status == "violation" and report.findings and fixes:
+    if report.status == "violation" and report.findings and (FIX_SEARCH if fixes is None else fixes):
         suggest_fix(p, report.findings[0], report.stats.get("seconds"))
     if report.status == "verified":
         confirm(p, report, CONFIRM_DRAWS if confirm_draws is None else confirm_draws)

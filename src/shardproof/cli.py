@@ -107,6 +107,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(default 2); verified needs the execution to agree")
     v.add_argument("--no-confirm", action="store_true",
                    help="do not run the programs: the best verdict is then unknown (proved, not confirmed)")
+    v.add_argument("--no-fix", action="store_true",
+                   help="do not search for a proved fix of a violation (the search re-verifies repaired programs "
+                        "for up to 30 s)")
     z = sub.add_parser("zoo", help="run the bundled catalogue of correct models and injected bugs",
                        description="Verify every case of the zoo (src/shardproof/zoo: correct models, injected bugs, "
                                    "gaps) and compare each verdict and first finding with what the case's meta "
@@ -229,7 +232,7 @@ def _run(args, path, n, module, progress):
         return verify_dumps(args.seq, args.dist[0] if len(args.dist) == 1 else args.dist,
                             relations_file=args.relations, auto_relations=args.auto_relations,
                             expect=_expectations(args.expect), kind=args.kind, progress=progress, views=views,
-                            world_size=n, confirm_draws=_confirm_draws(args))
+                            world_size=n, confirm_draws=_confirm_draws(args), fixes=not args.no_fix)
     call = f"case({n or ''})"
     try:
         case = module.case(n) if n else module.case()
@@ -242,7 +245,7 @@ def _run(args, path, n, module, progress):
         check_world_size(case.world_size, path)
     args.run_world = case.world_size  # for a report cut short by the budget
     return verify_case(case, relations_file=args.relations, progress=progress, views=views,
-                       confirm_draws=_confirm_draws(args))
+                       confirm_draws=_confirm_draws(args), fixes=not args.no_fix)
 
 
 def _tracked(bar):
