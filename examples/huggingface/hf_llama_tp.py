@@ -35,14 +35,15 @@ def single_model(attn: str) -> torch.nn.Module:
 
 
 class Logits(torch.nn.Module):
-    """The model's logits as the program's one output (``use_cache=False``: no KV cache)."""
+    """The model's logits as the program's one output (``use_cache=False``: no KV cache), called
+    as a tokenizer's output would call it: token ids and an attention (padding) mask."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids):
-        return self.model(input_ids=input_ids, use_cache=False).logits
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
 
 
 def tp_model(checkpoint: str, world: int, attn: str, plan=None) -> torch.nn.Module:
@@ -64,7 +65,7 @@ def make_case(world_size: int = 2, attn: str | None = None, plan: dict | None = 
     ids = torch.randint(0, 128, (BATCH, SEQ))
     return Case(single=Logits(full),
                 distributed=lambda rank, world: Logits(tp_model(checkpoint, world, attn, plan)),
-                inputs={"input_ids": ids}, world_size=world_size, name=f"{name}_{attn}",
+                inputs={"input_ids": ids, "attention_mask": torch.ones_like(ids)}, world_size=world_size, name=f"{name}_{attn}",
                 meta={"source": "transformers tp_plan (DistributedConfig)"},
                 description=f"HF Llama (GQA 4/2 heads, 2 layers) under its own tp_plan, {attn} attention",
                 expect={"out": "Replicate()"})
