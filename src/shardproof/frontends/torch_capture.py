@@ -154,13 +154,13 @@ def failure_site(exc: BaseException) -> str:
 _DATA_DEPENDENT = "data-dependent control flow"
 
 
-def _first_line(exc: BaseException) -> str:
-    """The error's first sentence; a data-dependent branch says what that means here."""
+def _reason(exc: BaseException) -> str:
+    """The error's text; a data-dependent branch says what that means here."""
     if _DATA_DEPENDENT in str(exc) or "_local_scalar_dense" in str(exc):
         return ("Python control flow on a tensor's value (bool(), .item(), `if t.all():`) cannot be "
                 "traced: the captured program must be the same for all input values; make the branch "
                 "depend on shapes or flags, not on values")
-    return text
+    return str(exc)
 
 
 def _source(fx_node) -> Source | None:
@@ -257,7 +257,7 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
                          record_stack_traces=True)(*inputs.values())
     except Exception as exc:
         raise CaptureError(f"tracing {label or 'the program'} failed{failure_site(exc)}: "
-                           f"{type(exc).__name__}: {_first_line(exc)}") from exc
+                           f"{type(exc).__name__}: {_reason(exc)}") from exc
     return from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
 
 
