@@ -9,11 +9,14 @@ initialised (``torch.distributed.is_initialized()``) and builds its device mesh 
     shardproof verify examples/huggingface/hf_llama_tp.py               # eager attention
     ATTN=sdpa shardproof verify examples/huggingface/hf_llama_tp.py     # sdpa attention
 """
+import atexit
 import os
+import shutil
 import tempfile
 import warnings
 
 import torch
+from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, LlamaConfig
 from transformers.distributed import DistributedConfig
 
@@ -46,25 +49,37 @@ class Logits(torch.nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
 
 
-def tp_model(checkpoint: str, world: int, attn: str, plan=None) -> torch.nn.Module:
-    """The public route: rank r's shard of the saved model, as transformers parallelizes it."""
+def checkpoint(full: torch.nn.Module) -> str:
+    """`full` saved as a Hugging Face checkpoint directory, by every process (``save_pretrained``
+    writes on rank 0 only once torch.distributed is up, as it is in a gloo run's ranks)."""
+    path = tempfile.mkdtemp(prefix="shardproof-hf-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    full.config.save_pretrained(path)
+    save_file({k: v.contiguous() for k, v in full.state_dict().items()}, os.path.join(path, "model.safetensors"),
+              metadata={"format": "pt"})
+    return path
+
+
+def tp_model(path: str, world: int, attn: str, plan=None) -> torch.nn.Module:
+    """The public route: rank r's shard of the checkpoint at `path`, as transformers parallelizes it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = AutoModelForCausalLM.from_pretrained(
-            checkpoint, dtype=torch.float32, attn_implementation=attn,
+            path, dtype=torch.float32, attn_implementation=attn,
             distributed_config=DistributedConfig(tp_plan=plan or "auto", tp_size=world))
     return model.train(False)
 
 
 def make_case(world_size: int = 2, attn: str | None = None, plan: dict | None = None, name: str = "hf_llama_tp") -> Case:
+    """`attn`: "eager" or "sdpa" (default: $ATTN, else eager); `plan`: entries that override
+    the model's own plan (``DistributedConfig(tp_plan=...)`` keeps the rest)."""
     attn = attn or os.environ.get("ATTN", "eager")
     full = single_model(attn)
-    checkpoint = tempfile.mkdtemp(prefix="shardproof-hf-")
-    full.save_pretrained(checkpoint)
+    path = checkpoint(full)
     torch.manual_seed(1)
     ids = torch.randint(0, 128, (BATCH, SEQ))
     return Case(single=Logits(full),
-                distributed=lambda rank, world: Logits(tp_model(checkpoint, world, attn, plan)),
+                distributed=lambda rank, world: Logits(tp_model(path, world, attn, plan)),
                 inputs={"input_ids": ids, "attention_mask": torch.ones_like(ids)}, world_size=world_size, name=f"{name}_{attn}",
                 meta={"source": "transformers tp_plan (DistributedConfig)"},
                 description=f"HF Llama (GQA 4/2 heads, 2 layers) under its own tp_plan, {attn} attention",
