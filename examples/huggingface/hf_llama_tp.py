@@ -8,6 +8,9 @@ initialised (``torch.distributed.is_initialized()``) and builds its device mesh 
 
     shardproof verify examples/huggingface/hf_llama_tp.py               # eager attention
     ATTN=sdpa shardproof verify examples/huggingface/hf_llama_tp.py     # sdpa attention
+
+World size 2 only: transformers' colwise k/v projections need the 2 KV heads to divide among the
+ranks (at 4, PyTorch itself fails in ``modeling_llama``'s ``view``, and shardproof says so there).
 """
 import atexit
 import os
@@ -17,12 +20,12 @@ import warnings
 
 import torch
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, LlamaConfig
-from transformers.distributed import DistributedConfig
+from transformers import AutoModelForCausalLM, DistributedConfig, LlamaConfig
 
 from shardproof import Case
 
 BATCH, SEQ = 2, 8
+WORLD_SIZES = (2,)
 
 
 def config(attn: str) -> LlamaConfig:
@@ -80,7 +83,8 @@ def make_case(world_size: int = 2, attn: str | None = None, plan: dict | None = 
     ids = torch.randint(0, 128, (BATCH, SEQ))
     return Case(single=Logits(full),
                 distributed=lambda rank, world: Logits(tp_model(path, world, attn, plan)),
-                inputs={"input_ids": ids, "attention_mask": torch.ones_like(ids)}, world_size=world_size, name=f"{name}_{attn}",
+                inputs={"input_ids": ids, "attention_mask": torch.ones_like(ids)}, world_size=world_size,
+                name=f"{name}_{attn}",
                 meta={"source": "transformers tp_plan (DistributedConfig)"},
                 description=f"HF Llama (GQA 4/2 heads, 2 layers) under its own tp_plan, {attn} attention",
                 expect={"out": "Replicate()"})
