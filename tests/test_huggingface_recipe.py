@@ -49,7 +49,7 @@ def _producer_chain(graph, node):
             return seen
 
 
-@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("attn", ["eager", pytest.param("sdpa", marks=pytest.mark.slow)])
 def test_extra_all_reduce_plan_entry_is_located(attn):
     import importlib.util
     spec = importlib.util.spec_from_file_location("hf_llama_tp_mlp_all_reduce", BUG)
@@ -69,6 +69,28 @@ def test_extra_all_reduce_plan_entry_is_located(attn):
     reduces = [n.name for n in graph.nodes if n.op.startswith("_c10d_functional.all_reduce")]
     assert reduces.index(f.node) == 3, reduces  # embedding, o_proj, down_proj, then the extra one
     assert "all_reduce" in _producer_chain(graph, node)[-1], _producer_chain(graph, node)
+
+
+def _train_case(attn):
+    import hf_llama_tp_train
+    return hf_llama_tp_train.make_case(2, attn=attn)
+
+
+def test_training_step_verifies_eager():
+    report = api.verify_case(_train_case("eager"))
+    assert report.status == "verified", (report.status, report.findings[:1])
+    held = {o.name: o.holds for o in report.outputs}
+    assert held["grad:model.model.embed_tokens.weight"] == "Shard(0)", held  # vocab-parallel embedding
+    assert held["grad:model.model.layers.0.self_attn.o_proj.weight"] == "Shard(1)", held
+    assert held["grad:model.model.norm.weight"] == "Replicate()", held
+
+
+@pytest.mark.slow
+def test_training_step_sdpa_stops_at_the_masked_attention_backward():
+    """Not yet proved: sdpa's backward with an explicit mask has no rule; the unknown names it."""
+    report = api.verify_case(_train_case("sdpa"))
+    assert report.status == "unknown", report.status
+    assert "_scaled_dot_product_flash_attention_for_cpu_backward" in report.reason, report.reason
 
 
 def test_data_dependent_branch_names_the_line():

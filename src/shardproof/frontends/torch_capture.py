@@ -154,6 +154,11 @@ def failure_site(exc: BaseException) -> str:
 _DATA_DEPENDENT = "data-dependent control flow"
 
 
+def trace_failure(what: str, exc: BaseException) -> CaptureError:
+    """The error for a failed trace: what failed, where in the user's code, why."""
+    return CaptureError(f"{what} failed{failure_site(exc)}: {type(exc).__name__}: {_reason(exc)}")
+
+
 def _reason(exc: BaseException) -> str:
     """The error's text; a data-dependent branch says what that means here."""
     if _DATA_DEPENDENT in str(exc) or "_local_scalar_dense" in str(exc):
@@ -256,8 +261,7 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
             gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
                          record_stack_traces=True)(*inputs.values())
     except Exception as exc:
-        raise CaptureError(f"tracing {label or 'the program'} failed{failure_site(exc)}: "
-                           f"{type(exc).__name__}: {_reason(exc)}") from exc
+        raise trace_failure(f"tracing {label or 'the program'}", exc) from exc
     return from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
 
 
