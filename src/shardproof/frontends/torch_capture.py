@@ -23,6 +23,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..ir.graph import Graph, Node, Source, TensorType
 from .torch_collectives import COLLECTIVE_PREFIXES, DEFECTS_META, functional_collectives
+from .torch_libraries import library_tracing
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ZOO_DIR = os.path.join(_PKG_DIR, "zoo")  # the bundled case files are user code
@@ -139,6 +140,34 @@ def user_stack_traces():
         TracerBase._filter_traceback_frames = original
 
 
+def failure_site(exc: BaseException) -> str:
+    """' at file:line (function): `code`' for the innermost user frame (not torch, not
+    shardproof) of a failed trace; '' when there is none."""
+    frame = _user_frame(traceback.extract_tb(exc.__traceback__))
+    if frame is None:
+        return ""
+    rel = os.path.relpath(frame.filename)
+    where = frame.filename if rel.startswith("..") else rel
+    return f" at {where}:{frame.lineno} ({frame.name}): `{(frame.line or '').strip()}`"
+
+
+_DATA_DEPENDENT = "data-dependent control flow"
+
+
+def trace_failure(what: str, exc: BaseException) -> CaptureError:
+    """The error for a failed trace: what failed, where in the user's code, why."""
+    return CaptureError(f"{what} failed{failure_site(exc)}: {type(exc).__name__}: {_reason(exc)}")
+
+
+def _reason(exc: BaseException) -> str:
+    """The error's text; a data-dependent branch says what that means here."""
+    if _DATA_DEPENDENT in str(exc) or "_local_scalar_dense" in str(exc):
+        return ("Python control flow on a tensor's value (bool(), .item(), `if t.all():`) cannot be "
+                "traced: the captured program must be the same for all input values; make the branch "
+                "depend on shapes or flags, not on values")
+    return str(exc)
+
+
 def _source(fx_node) -> Source | None:
     trace = fx_node.meta.get("stack_trace") or fx_node.stack_trace
     if not trace:
@@ -228,11 +257,11 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
         return [local_tensor(o) for o in outs.values()]
 
     try:
-        with functional_collectives(), user_stack_traces():
+        with functional_collectives(), user_stack_traces(), library_tracing():
             gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
                          record_stack_traces=True)(*inputs.values())
     except Exception as exc:
-        raise CaptureError(f"tracing {label or 'the program'} failed: {type(exc).__name__}: {exc}") from exc
+        raise trace_failure(f"tracing {label or 'the program'}", exc) from exc
     return from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
 
 

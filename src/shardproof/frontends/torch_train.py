@@ -24,8 +24,9 @@ import torch.fx.traceback as fx_traceback
 from ..case import SGD, AdamW, Train
 from ..ir.graph import Graph
 from .torch_capture import (CaptureError, as_dtensor, dtensor_specs, fake_world, from_fx, functional_collectives,
-                            innermost_user_frame, local_tensor, storage_layouts, user_stack_traces)
+                            innermost_user_frame, local_tensor, storage_layouts, trace_failure, user_stack_traces)
 from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
+from .torch_libraries import library_tracing
 
 STATE_SEP = ":"
 
@@ -209,13 +210,13 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
 
     try:
         with functional_collectives(), user_stack_traces(), fx_traceback.preserve_node_meta(), ForwardLines(), \
-                fsdp_tracing() if fsdp else contextlib.nullcontext():
+                library_tracing(), fsdp_tracing() if fsdp else contextlib.nullcontext():
             gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
                          record_stack_traces=True)(*inputs.values())
     except CaptureError:
         raise
     except Exception as exc:
-        raise CaptureError(f"tracing the training step of {label} failed: {type(exc).__name__}: {exc}") from exc
+        raise trace_failure(f"tracing the training step of {label}", exc) from exc
     return from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values()))), inputs
 
 

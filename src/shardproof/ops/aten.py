@@ -12,6 +12,7 @@ from ..algebra.masks import make_fill
 from ..algebra.ranks import LINEARITY
 from ..algebra.terms import COMMUTATIVE, freeze
 from .common import as_float, elementwise_op, erf, identity_op, template, tensor_args
+from .pairing import fits as _fits, pairing_of as _pairing, paired_dot
 from .registry import RuleCtx, declare
 
 T = "aten."
@@ -541,7 +542,7 @@ def _dot_nd(ctx: RuleCtx, a: Val, b: Val) -> Val:
     if na == nb and tuple(sa[:nbatch]) != tuple(sb[:nbatch]):
         # torch broadcasts batch dims (a local extent 1 against 3 is repeated): not a batched product
         raise ValueError(f"matmul batch dims {tuple(sa[:-2])} and {tuple(sb[:-2])} broadcast: no rule")
-    return compute.dot(ctx.terms, a, b, tuple(range(nbatch)), tuple(range(nbatch)), (na - 1,), (nb - 2,))
+    return paired_dot(ctx.terms, a, b, tuple(range(nbatch)), tuple(range(nbatch)), (na - 1,), (nb - 2,))
 
 
 def _affine(ctx: RuleCtx, prod_val: Val, bias, beta=1, alpha=1) -> Val:
@@ -738,40 +739,6 @@ def _sdpa_num(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=Non
     e = np.exp(scores - mx)
     lse = (np.log(e.sum(-1)) + mx[..., 0])
     return np.matmul(e / e.sum(-1, keepdims=True), v), lse
-
-
-def _fits(pairing: tuple, qpos: np.ndarray, pos: np.ndarray, qsize: int, size: int) -> bool:
-    """Whether k/v positions `pos` are paired with q positions `qpos` by `pairing`."""
-    kind = pairing[0]
-    if kind == "shift":
-        return size == qsize and np.array_equal(pos, qpos + pairing[1])
-    if kind == "group":
-        return size == pairing[1] and qsize % size == 0 and np.array_equal(pos, qpos * size // qsize)
-    return kind == "group_at" and np.array_equal(pos, pairing[1] + qpos // pairing[2])
-
-
-def _pairing(qpos: np.ndarray, pos: np.ndarray, qsize: int, size: int) -> tuple | None:
-    """How attention pairs q heads with one k/v operand's heads along a batch/head dim,
-    as a rule on term positions that both programs satisfy: ``("shift", c)`` when k/v
-    heads are q's positions shifted by c (heads cut from one fused projection),
-    ``("group", n)`` when q position p uses k/v position p * n // |q| (grouped-query
-    attention, k/v repeated to q's heads), ``("group_at", c, g)`` when q position p uses
-    k/v position c + p // g (grouped-query heads cut from one fused projection, the k/v
-    heads after all q heads; the smallest g that fits). None: no such rule."""
-    if len(pos) != len(qpos) or not len(pos):
-        return None
-    if size == qsize and (pos - qpos == pos[0] - qpos[0]).all():
-        return ("shift", int(pos[0] - qpos[0]))
-    if qsize % size == 0 and np.array_equal(pos, qpos * size // qsize):
-        return ("group", size)
-    order = np.argsort(qpos, kind="stable")
-    if len(np.unique(pos)) == len(pos) and len(pos) > 1 or (np.diff(pos[order]) < 0).any():
-        return None  # q heads sharing a k/v head, in order: anything else is not a grouping
-    for g in range(2, qsize + 1):
-        c = int(pos[0] - qpos[0] // g)
-        if np.array_equal(pos, c + qpos // g):
-            return ("group_at", c, g)
-    return None
 
 
 def _pairings(terms, ops: list, d: int):

@@ -9,19 +9,19 @@ of a target (as below for AWS Neuron's) to support it.
 from __future__ import annotations
 
 import math
-from weakref import WeakKeyDictionary
 
 import numpy as np
 
 from ..algebra import compute, layout
-from ..algebra.layout import Val, shape_of, unmaterialize, vec_array
+from ..algebra.layout import Val, shape_of
 from ..algebra.masks import make_fill
 from ..algebra.ranks import combine
 from ..algebra.terms import freeze
-from .aten import _fill, _fits, _pairing
+from .aten import _fill
 from .casts import convert, preserves
 from .collectives import _reduce_np
 from .common import as_float, template
+from .pairing import paired_dot
 from .registry import RuleCtx, declare
 
 X = "xla."
@@ -234,41 +234,10 @@ def _dot_num(a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
     return np.einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b)
 
 
-_BUILT: WeakKeyDictionary = WeakKeyDictionary()  # term store -> (children, dims) -> batch pairings built
-
-
 def _dot_rule(ctx: RuleCtx, a: Val, b: Val, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
-    """dot_general (the block-matrix lemma of :func:`compute.dot`). A batch dim where the
-    operands hold different positions is kept exact when the positions pair by a rule
-    (heads cut from one fused projection: a shift; grouped-query k/v heads repeated to
-    the query heads: a grouping); a pairing the other program already built over the
-    same operands is preferred, so both build the same term."""
-    terms = ctx.terms
-    a, b = unmaterialize(terms, a), unmaterialize(terms, b)
-    found = []
-    for i, j in zip(lhs_batch, rhs_batch):
-        asize, bsize = terms.shape(a.t)[i], terms.shape(b.t)[j]
-        apos, bpos = vec_array(a.vecs[i], asize), vec_array(b.vecs[j], bsize)
-        if asize == bsize and np.array_equal(apos, bpos):
-            found.append(None)
-            continue
-        pairing = _pairing(apos, bpos, asize, bsize)
-        if pairing is None:
-            a, b = layout.materialize(terms, a, [i]), layout.materialize(terms, b, [j])
-            found.append(None)
-        else:
-            found.append((pairing, apos, bpos, asize, bsize))
-    if all(f is None for f in found):
-        return compute.dot(terms, a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract)
-    key = (a.t, b.t, tuple(lhs_batch), tuple(rhs_batch), tuple(lhs_contract), tuple(rhs_contract))
-    built = _BUILT.setdefault(terms, {}).setdefault(key, [])
-    fits = lambda ps: all((f is None) == (p is None) and (f is None or _fits(p, *f[1:]))  # noqa: E731
-                          for p, f in zip(ps, found))
-    pairings = next((ps for ps in built if fits(ps)), None)
-    if pairings is None:
-        pairings = tuple(None if f is None else f[0] for f in found)
-        built.append(pairings)
-    return compute.dot(terms, a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract, pairings)
+    """dot_general (the block-matrix lemma of :func:`compute.dot`; batch dims paired by
+    :func:`shardproof.ops.pairing.paired_dot`)."""
+    return paired_dot(ctx.terms, a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract)
 
 
 declare(X + "dot_general", numerics=_dot_num, rule=_dot_rule,
