@@ -253,7 +253,8 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
     the outputs and relations; by default every single-device output must be recoverable.
     `kind` (fw, bw, both) picks the graph in directories holding several, `graph` (``g1``)
     one of several ``<kind>.g<N>.r<rank>.py`` graphs. With `auto_relations` and no
-    expectations, outputs pair by position and name (:mod:`~shardproof.relations.pairing`);
+    expectations, outputs pair by position and name (:mod:`~shardproof.relations.pairing`),
+    a scalar (the loss) expected Replicate() (each rank reports it), the others recoverable;
     the report says which were paired and which left out. `symbols` ({name: int}) sizes
     symbolic dims (``u0``) on both sides, over the file's ``symbols:`` section.
 
@@ -298,10 +299,12 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
                               labels=[str(g.inputs[0].origin) if g.inputs else g.label for g in graphs])
     pairing = []
     if auto_relations and not wanted:
+        scalars = frozenset(n.name for n in seq.outputs.values() if getattr(n.type, "shape", None) == ())
         pairing = pair_outputs([n.name for n in seq.outputs.values()], [n.name for n in seq.inputs],
                                [[n.name for n in g.outputs.values()] for g in graphs], [n.name for n in graphs[0].inputs],
-                               frozenset(n.name for n in seq.outputs.values() if n.type.shape == ()))
-        pairs = {p.seq_name: (p.dist_name, None) for p in pairing if p.dist_name is not None}
+                               scalars)
+        pairs = {p.seq_name: (p.dist_name, Replicate() if p.seq_name in scalars else None)  # the loss: every rank's
+                 for p in pairing if p.dist_name is not None}
     else:
         pairs = resolve_outputs([n.name for n in seq.outputs.values()],
                                 [[n.name for n in g.outputs.values()] for g in graphs], wanted)

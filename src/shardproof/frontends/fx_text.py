@@ -232,7 +232,9 @@ class _Parser:
         if isinstance(expr, ast.Name):
             if expr.id in self.symbols:
                 return int(self.symbols[expr.id])
-            raise self.err(f"symbolic size {expr.id!r} in annotation {ann!r}: pass symbols={{{expr.id!r}: <int>}}")
+            raise self.err(f"symbolic size {expr.id!r} in annotation {ann!r} (a data-dependent size?): give its "
+                           f"value with --symbols {expr.id}=<int>, a symbols: section in the relations file, or "
+                           f"symbols={{{expr.id!r}: <int>}}")
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
             v = self._dim(expr.operand, ann)
             return -v if isinstance(expr.op, ast.USub) else v
@@ -867,6 +869,8 @@ def load_program(paths_or_dir, kind: str = "fw", *, graph: str | None = None,
             m = pat.match(f)
             if m:
                 found.setdefault(m.group("mid") or "", []).append(os.path.join(d, f))
+        if graph is not None and graph not in found and found:
+            raise DumpError(d, None, f"no {kind} graph {graph!r} (its {kind} graphs: {', '.join(sorted(found))})")
         if graph is not None:
             found = {k: v for k, v in found.items() if k == graph}
         if not found:
@@ -874,7 +878,8 @@ def load_program(paths_or_dir, kind: str = "fw", *, graph: str | None = None,
             other = f" (found: {', '.join(kinds)})" if kinds else ""
             raise DumpError(d, None, f"no {kind}[.<graph>].r<N>.py files{other}")
         if len(found) > 1:
-            raise DumpError(d, None, f"several {kind} graphs ({', '.join(sorted(found))}): pick one with graph=")
+            raise DumpError(d, None, f"several {kind} graphs ({', '.join(sorted(found))}): pick one with --graph "
+                                     f"(graph= in the API)")
         paths = next(iter(found.values()))
     elif isinstance(paths_or_dir, (str, os.PathLike)):
         if not os.path.exists(paths_or_dir):

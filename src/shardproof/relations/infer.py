@@ -157,7 +157,7 @@ def _per_side(into: dict, name, value, where: str, what: str, types: tuple) -> N
     kind = "a number" if float in types else "an integer"
     if set(per_side) - {"seq", "dist"}:
         extra = " or same" if what == "constant" else ""
-        raise RelationError(f"{where}: {what} {name!r} must be {kind}, {{seq: v, dist: v}}{extra}")
+        raise RelationError(f"{where}: {what} {name!r} must be {kind}, {{seq: n, dist: n}}{extra}")
     for side, v in per_side.items():
         if isinstance(v, bool) or not isinstance(v, types):
             raise RelationError(f"{where}: the value of {what} {name!r} must be {kind}, not {v!r}")

@@ -88,9 +88,9 @@ def pair_outputs(seq_outputs: Sequence[str], seq_inputs: Sequence[str], rank_out
         paired.append(Pairing(name, *found))
     if not paired:
         shown = ", ".join(visible_dist) or "none"
-        raise RelationError(f"no output of the two programs pairs by position or name (single-device user-visible "
-                            f"outputs: {', '.join(seq_outputs[:n_seq]) or 'none'}; distributed: {shown}); say which "
-                            f"outputs to compare in the relations' expect: section (DIST_NAME: {{of: SEQ_NAME, "
-                            f"relation: R}}) or with --expect")
+        raise RelationError(f"single-device output(s) {', '.join(dict.fromkeys(seq_outputs[:n_seq])) or 'none'} have "
+                            f"no distributed counterpart by name or position (the distributed program's user-visible "
+                            f"outputs are: {shown}); say which outputs to compare in the relations' expect: section "
+                            f"(DIST_NAME: {{of: SEQ_NAME, relation: R}}) or with --expect 'DIST_NAME=R of SEQ_NAME'")
     paired.sort(key=lambda p: p.seq_name not in scalars)
     return paired + left
