@@ -26,7 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.environ.get("SHARDPROOF_SHARED", os.path.join(ROOT, "..", "shared"))
 GPT = os.path.join(SHARED, "graphs", "entangle", "gpt")
 
-HEAD = 'class GraphModule(torch.nn.Module):\n    def forward(self, primals_1: "f32[s0, 4]", primals_2: "f32[4, {n}]"):\n'
+HEAD = ('class GraphModule(torch.nn.Module):\n'
+        '    def forward(self, primals_1: "f32[s0, 4]", primals_2: "f32[4, {n}]"):\n')
 SEQ = HEAD.format(n=6) + '''\
         mm: "f32[s0, 6]" = torch.ops.aten.mm.default(primals_1, primals_2)
         mul: "f32[s0, 6]" = torch.ops.aten.mul.Tensor(mm, mm)

@@ -17,13 +17,14 @@ from .case import Case
 from .engine.budget import stage as budget_stage
 from .engine.result import Confirmation, Report
 from .engine.verify import ENGINE_STAGES, differing_outputs, numeric_inputs, verify_graphs
-from .frontends.fx_text import dump_kinds, load_program, read_dump
+from .frontends.fx_program import dump_graphs, dump_kinds, load_program
+from .frontends.fx_text import read_dump
 from .frontends.hlo_text import is_hlo_text, load_hlo_program, mark_shared_constants
 from .frontends.stablehlo_text import is_stablehlo_text, load_stablehlo_program
 from .frontends.user_frame import user_location
 from .ir.graph import DistributedProgram, Graph
 from .relations.infer import RelationsFile, load_yaml, parse_spec, resolve_inputs, resolve_outputs
-from .relations.pairing import pair_outputs
+from .relations.pairing import pair_graph_outputs
 from .relations.spec import DERIVED, Ignore, RelationError, Replicate, parse_relation
 
 Progress = Optional[Callable[[str, int, int], None]]
@@ -275,8 +276,8 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
     if seq_hlo:
         seq_graphs = _load_hlo(seq_hlo, 1, file)
     else:
-        seq_graphs = load_program(seq_path, kind=kind, constants=file.constants["seq"], graph=_graph(seq_path, kind, graph),
-                                  symbols={**file.symbols["seq"], **(symbols or {})})
+        seq_graphs = load_program(seq_path, kind=kind, constants=file.constants["seq"],
+                                  graph=_graph(seq_path, kind, graph), symbols={**file.symbols["seq"], **(symbols or {})})
     if len(seq_graphs) != 1:
         raise InputError(f"{seq_path}: the single-device program must be one graph, but {len(seq_graphs)} rank "
                          f"files were found")
@@ -285,8 +286,8 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
     if dist_hlo:
         graphs = _load_hlo(dist_hlo, world_size, file)
     else:
-        graphs = load_program(dist_path, kind=kind, constants=file.constants["dist"], graph=_graph(dist_path, kind, graph),
-                              symbols={**file.symbols["dist"], **(symbols or {})})
+        graphs = load_program(dist_path, kind=kind, constants=file.constants["dist"],
+                              graph=_graph(dist_path, kind, graph), symbols={**file.symbols["dist"], **(symbols or {})})
     if file.shared:
         found = mark_shared_constants([seq] + graphs, file.shared)
         missing = sorted(file.shared - found)
@@ -299,12 +300,7 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
                               labels=[str(g.inputs[0].origin) if g.inputs else g.label for g in graphs])
     pairing = []
     if auto_relations and not wanted:
-        scalars = frozenset(n.name for n in seq.outputs.values() if getattr(n.type, "shape", None) == ())
-        pairing = pair_outputs([n.name for n in seq.outputs.values()], [n.name for n in seq.inputs],
-                               [[n.name for n in g.outputs.values()] for g in graphs], [n.name for n in graphs[0].inputs],
-                               scalars)
-        pairs = {p.seq_name: (p.dist_name, Replicate() if p.seq_name in scalars else None)  # the loss: every rank's
-                 for p in pairing if p.dist_name is not None}
+        pairs, pairing = pair_graph_outputs(seq, graphs)
     else:
         pairs = resolve_outputs([n.name for n in seq.outputs.values()],
                                 [[n.name for n in g.outputs.values()] for g in graphs], wanted)
@@ -321,7 +317,7 @@ def _graph(path, kind: str, graph: str | None) -> str | None:
     single graph, like a single-device dump beside a multi-graph one, gives that)."""
     if graph is None or not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
         return graph
-    names = {m.group(1) for m in (re.match(re.escape(kind) + r"\.(.+?)\.r\d+\.py$", f) for f in os.listdir(path)) if m}
+    names = dump_graphs(path, kind)
     return graph if graph in names or len(names) != 1 else None
 
 

@@ -216,7 +216,8 @@ def _check_form(args) -> None:
     if not dumps and not args.case:
         raise UsageError("give a case file, or --seq and --dist (see shardproof verify --help)")
     if not dumps and (args.auto_relations or args.expect or args.kind or args.graph or args.symbols):
-        raise UsageError("--auto-relations, --expect, --kind, --graph and --symbols apply to graph dumps (--seq/--dist)")
+        raise UsageError("--auto-relations, --expect, --kind, --graph and --symbols apply to graph dumps "
+                         "(--seq/--dist)")
     _symbols(args.symbols)
 
 

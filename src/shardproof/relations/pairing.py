@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Sequence
 
-from .spec import RelationError
+from ..ir.graph import Graph
+from .spec import Relation, RelationError, Replicate
 
 SAVED = "saved for the backward pass (a training forward returns it after its user-visible outputs)"
 
@@ -94,3 +95,15 @@ def pair_outputs(seq_outputs: Sequence[str], seq_inputs: Sequence[str], rank_out
                             f"(DIST_NAME: {{of: SEQ_NAME, relation: R}}) or with --expect 'DIST_NAME=R of SEQ_NAME'")
     paired.sort(key=lambda p: p.seq_name not in scalars)
     return paired + left
+
+
+def pair_graph_outputs(seq: Graph, graphs: list[Graph]) -> tuple[dict[str, tuple[str, Optional[Relation]]], list]:
+    """:func:`pair_outputs` of the graphs: ``{single-device output: (distributed output,
+    relation expected)}`` -- a scalar (the loss) Replicate(), since every rank reports it;
+    the others any relation that recovers them -- and the pairings."""
+    scalars = frozenset(n.name for n in seq.outputs.values() if getattr(n.type, "shape", None) == ())
+    pairing = pair_outputs([n.name for n in seq.outputs.values()], [n.name for n in seq.inputs],
+                           [[n.name for n in g.outputs.values()] for g in graphs], [n.name for n in graphs[0].inputs],
+                           scalars)
+    return {p.seq_name: (p.dist_name, Replicate() if p.seq_name in scalars else None)
+            for p in pairing if p.dist_name is not None}, pairing
