@@ -75,7 +75,8 @@ import numpy as np
 
 from ..ir.graph import Graph, Node, Source, TensorType
 from .fx_functionalized import AutoFunctionalized
-from .fx_syntax import dotted_name as _dotted, torch_op_name as _torch_op_name
+from .fx_syntax import assigned_literal as _assigned_literal, dotted_name as _dotted
+from .fx_syntax import fix_class_names as _fix_class_names, sources as _sources, torch_op_name as _torch_op_name
 
 __all__ = ["DumpError", "parse_graph", "load_graph", "TORCH_DTYPES"]  # directories of rank files: fx_program
 
@@ -99,13 +100,11 @@ _BINOPS = {
 _UNARYOPS = {ast.USub: "neg", ast.UAdd: "pos", ast.Invert: "invert", ast.Not: "not_"}
 _CMPOPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
 
-_FILE_RE = re.compile(r"#\s*File:\s*(?P<file>.+?):(?P<line>\d+)(?: in (?P<fn>[^,]+?))?(?:, code: (?P<code>.*))?\s*$")
 _TYPE_RE = re.compile(r"^\s*(?P<dtype>[A-Za-z_][A-Za-z0-9_]*)\[(?P<shape>[^\[\]]*)\]"
                       r"(?:\[(?P<stride>[^\[\]]*)\])?\s*(?P<device>[A-Za-z_][\w:]*)?\s*$")
 # torch.fx's dtype abbreviations: f32, bf16, f8e4m3fn, i64, u8, b8, c64, ...
 _DTYPE_RE = re.compile(r"^(?:bf16|[fiucb]\d[0-9a-z_]*)$")
 _SYM_RE = re.compile(r"^\s*Sym\((?P<expr>.*)\)\s*$")
-_CLASS_RE = re.compile(r"^(\s*class\s+)([^\s(:]+)(?=\s*[(:])", re.M)
 
 
 class DumpError(Exception):
@@ -125,63 +124,6 @@ def read_dump(path) -> str:
             return f.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise DumpError(path, None, f"cannot read: {exc}") from None
-
-
-# ---------------------------------------------------------------- helpers
-
-
-
-def _is_identifier(s: str) -> bool:
-    return s.isidentifier()
-
-
-def _fix_class_names(text: str) -> str:
-    """``class <lambda>(torch.nn.Module):`` is printed by FX but is not Python: rename
-    such classes (same line, so line numbers are kept)."""
-    def sub(m):
-        return m.group(0) if _is_identifier(m.group(2)) else m.group(1) + "_fx_graph_"
-    return _CLASS_RE.sub(sub, text)
-
-
-def _sources(lines: list[str]) -> list[Source | None]:
-    """Source in force at each (1-based) line: set by ``# File:`` comments, cleared by blank
-    lines and ``# No stacktrace found`` comments."""
-    out: list[Source | None] = [None]
-    cur = None
-    for raw in lines:
-        s = raw.strip()
-        if not s:
-            cur = None
-        elif s.startswith("#"):
-            m = _FILE_RE.match(s)
-            if m:
-                cur = Source(m.group("file").strip(), int(m.group("line")), (m.group("fn") or "").strip(),
-                             (m.group("code") or "").strip())
-            elif s.startswith("# No stacktrace"):
-                cur = None
-        out.append(cur)
-    return out
-
-
-def _assigned_literal(src: Source | None, ann_type):
-    """The number a 0-d tensor constant holds when the source line that made it is
-    ``x[...] = <number>`` (PyTorch lifts the literal into a constant tensor); else None."""
-    if src is None or not src.code or (isinstance(ann_type, TensorType) and ann_type.shape != ()):
-        return None
-    try:
-        st = ast.parse(src.code).body
-    except SyntaxError:
-        return None
-    if len(st) != 1 or not isinstance(st[0], ast.Assign) or len(st[0].targets) != 1 \
-            or not isinstance(st[0].targets[0], ast.Subscript):
-        return None
-    expr, sign = st[0].value, 1
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
-        expr, sign = expr.operand, (-1 if isinstance(expr.op, ast.USub) else 1)
-    if not isinstance(expr, ast.Constant) or isinstance(expr.value, bool) or not isinstance(expr.value, (int, float)):
-        return None
-    import numpy as np
-    return np.asarray(sign * expr.value)
 
 
 class _Parser(AutoFunctionalized):
