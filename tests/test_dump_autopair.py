@@ -192,11 +192,9 @@ def test_cli_symbols_graph_and_the_pairing_printed(tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(GPT), reason=f"shared graphs absent: {os.path.normpath(GPT)} not found "
                                                    f"(set SHARDPROOF_SHARED to the shared folder)")
-def test_megatron_gpt_verifies_from_auto_relations_and_constants_alone(tmp_path):
-    rel = tmp_path / "constants.yaml"  # only the constants a dump does not print (see examples/dumps/megatron_gpt.yaml)
-    rel.write_text("constants:\n  _tensor_constant0: {seq: 0}\n  _tensor_constant1: {seq: 0.0}\n"
-                   "  _tensor_constant2: {dist: 0}\n  _tensor_constant3: {dist: 0.0}\n")
-    report = verify_dumps(os.path.join(GPT, "paral1_layer1"), os.path.join(GPT, "paral2_layer1"), str(rel),
+def test_megatron_gpt_verifies_from_auto_relations_and_constants_alone():
+    rel = os.path.join(ROOT, "examples", "dumps", "megatron_gpt_constants.yaml")  # the unprinted constants only
+    report = verify_dumps(os.path.join(GPT, "paral1_layer1"), os.path.join(GPT, "paral2_layer1"), rel,
                           auto_relations=True)
     assert_proved_not_confirmed(report)  # too large to execute here
     assert [(o.name, o.holds) for o in report.outputs] == [("div_2", "Replicate()")]  # the loss

@@ -90,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     dumps.add_argument("--symbols", metavar="NAME=INT[,NAME=INT]", action="append", default=[],
                        help="sizes of symbolic dims in the dumps (u0 of a data-dependent size); repeatable; "
                             "over the relations file's symbols: section")
-    v.add_argument("--relations", metavar="FILE", help="YAML relations file (sections inputs:, expect:, constants:)")
+    v.add_argument("--relations", metavar="FILE",
+                   help="YAML relations file (sections inputs:, expect:, constants:, symbols:)")
     v.add_argument("--plugin", metavar="MODULE_OR_FILE", action="append", default=[],
                    help="import a module that declares ops (shardproof.ops.registry.declare) first; repeatable")
     v.add_argument("--json", metavar="FILE", help="also write the report as JSON ('-' for stdout only)")
