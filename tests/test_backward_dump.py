@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(CASE),
 
 
 def _load(kind):
-    from shardproof.frontends.fx_text import load_program
+    from shardproof.frontends.fx_program import load_program
     relations = load_yaml(YAML[kind])
     seq = load_program(os.path.join(CASE, "tp1"), kind=kind, constants=relations.constants["seq"])[0]
     dist = DistributedProgram(load_program(os.path.join(CASE, "tp2.bug"), kind=kind,

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from shardproof.frontends import fx_text
-from shardproof.frontends.fx_text import DumpError, load_graph, load_program, parse_graph
+from shardproof.frontends.fx_program import load_program
+from shardproof.frontends.fx_text import DumpError, load_graph, parse_graph
 from shardproof.ir.graph import Source, TensorType
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from shardproof.engine.verify import differing_outputs, verify_graphs
-from shardproof.frontends.fx_text import load_program, parse_graph
+from shardproof.frontends.fx_program import load_program
+from shardproof.frontends.fx_text import parse_graph
 from shardproof.ir.graph import DistributedProgram
 from shardproof.relations.infer import parse_spec, resolve_inputs
 from shardproof.relations.spec import parse_relation

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 import numpy as np
@@ -17,12 +17,14 @@ from .case import Case
 from .engine.budget import stage as budget_stage
 from .engine.result import Confirmation, Report
 from .engine.verify import ENGINE_STAGES, differing_outputs, numeric_inputs, verify_graphs
-from .frontends.fx_text import dump_kinds, load_program, read_dump
+from .frontends.fx_program import dump_graphs, dump_kinds, load_program
+from .frontends.fx_text import read_dump
 from .frontends.hlo_text import is_hlo_text, load_hlo_program, mark_shared_constants
 from .frontends.stablehlo_text import is_stablehlo_text, load_stablehlo_program
 from .frontends.user_frame import user_location
 from .ir.graph import DistributedProgram, Graph
 from .relations.infer import RelationsFile, load_yaml, parse_spec, resolve_inputs, resolve_outputs
+from .relations.pairing import pair_graph_outputs
 from .relations.spec import DERIVED, Ignore, RelationError, Replicate, parse_relation
 
 Progress = Optional[Callable[[str, int, int], None]]
@@ -189,6 +191,7 @@ class Prepared:
     name: str = ""
     gradients: frozenset = frozenset()  # training: outputs that are gradients or updated parameters
     case: Optional[Case] = None  # a live case, run for real to confirm a proof (dumps: None)
+    pairing: list = field(default_factory=list)  # dumps with --auto-relations: how outputs were paired
 
 
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
@@ -239,7 +242,7 @@ def _optimizer_state(case: Case, values: dict) -> dict:
 
 def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
                   expect: dict | None = None, kind: str | None = None, progress: Progress = None,
-                  world_size: int | None = None) -> Prepared:
+                  world_size: int | None = None, symbols: dict | None = None, graph: str | None = None) -> Prepared:
     """Load graph dumps (never executed) and relate them: `seq_path` is the single-device
     program (a dump file, or a directory holding one rank), `dist_path` the distributed one
     (a directory of per-rank ``<kind>.g<N>.r<rank>.py`` files, or a list of files).
@@ -249,7 +252,12 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
     :func:`~shardproof.relations.infer.resolve_outputs` says: the file's ``expect:`` section
     and `expect` ({distributed output: relation | "R of SEQ_NAME"}, which overrides it) pick
     the outputs and relations; by default every single-device output must be recoverable.
-    `kind` (fw, bw, both) picks the graph in directories holding several.
+    `kind` (fw, bw, both) picks the graph in directories holding several, `graph` (``g1``)
+    one of several ``<kind>.g<N>.r<rank>.py`` graphs. With `auto_relations` and no
+    expectations, outputs pair by position and name (:mod:`~shardproof.relations.pairing`),
+    a scalar (the loss) expected Replicate() (each rank reports it), the others recoverable;
+    the report says which were paired and which left out. `symbols` ({name: int}) sizes
+    symbolic dims (``u0``) on both sides, over the file's ``symbols:`` section.
 
     XLA HLO text (a file starting with ``HloModule``, or a directory holding one ``*.hlo``
     file) is read as one SPMD module instantiated per rank: `world_size` ranks, else as
@@ -268,7 +276,8 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
     if seq_hlo:
         seq_graphs = _load_hlo(seq_hlo, 1, file)
     else:
-        seq_graphs = load_program(seq_path, kind=kind, constants=file.constants["seq"])
+        seq_graphs = load_program(seq_path, kind=kind, constants=file.constants["seq"],
+                                  graph=_graph(seq_path, kind, graph), symbols={**file.symbols["seq"], **(symbols or {})})
     if len(seq_graphs) != 1:
         raise InputError(f"{seq_path}: the single-device program must be one graph, but {len(seq_graphs)} rank "
                          f"files were found")
@@ -277,7 +286,8 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
     if dist_hlo:
         graphs = _load_hlo(dist_hlo, world_size, file)
     else:
-        graphs = load_program(dist_path, kind=kind, constants=file.constants["dist"])
+        graphs = load_program(dist_path, kind=kind, constants=file.constants["dist"],
+                              graph=_graph(dist_path, kind, graph), symbols={**file.symbols["dist"], **(symbols or {})})
     if file.shared:
         found = mark_shared_constants([seq] + graphs, file.shared)
         missing = sorted(file.shared - found)
@@ -288,13 +298,27 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
                               [{n.name: n.shape for n in g.inputs} for g in graphs], file.inputs,
                               by_shape=auto_relations,
                               labels=[str(g.inputs[0].origin) if g.inputs else g.label for g in graphs])
-    pairs = resolve_outputs([n.name for n in seq.outputs.values()],
-                            [[n.name for n in g.outputs.values()] for g in graphs], wanted)
+    pairing = []
+    if auto_relations and not wanted:
+        pairs, pairing = pair_graph_outputs(seq, graphs)
+    else:
+        pairs = resolve_outputs([n.name for n in seq.outputs.values()],
+                                [[n.name for n in g.outputs.values()] for g in graphs], wanted)
     seq = replace(seq, outputs={s: _output(seq, s) for s in pairs})
     dist = DistributedProgram([replace(g, outputs={s: _output(g, d) for s, (d, _) in pairs.items()})
                                for g in graphs])
     name = f"{os.fspath(seq_path)} vs {os.fspath(dist_path)}" if isinstance(dist_path, (str, os.PathLike)) else ""
-    return Prepared(seq, dist, bindings, {s: rel for s, (_, rel) in pairs.items() if rel is not None}, {}, name)
+    return Prepared(seq, dist, bindings, {s: rel for s, (_, rel) in pairs.items() if rel is not None}, {}, name,
+                    pairing=pairing)
+
+
+def _graph(path, kind: str, graph: str | None) -> str | None:
+    """`graph` for a dump directory that holds it or several graphs (one that holds a
+    single graph, like a single-device dump beside a multi-graph one, gives that)."""
+    if graph is None or not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
+        return graph
+    names = dump_graphs(path, kind)
+    return graph if graph in names or len(names) != 1 else None
 
 
 XLA_SUFFIXES = (".hlo", ".hlo.txt", ".mlir")
@@ -367,11 +391,12 @@ def verify_case(case: Case, world_size: int | None = None, relations: dict | Non
 def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
                  expect: dict | None = None, kind: str | None = None, progress: Progress = None,
                  views: bool = False, world_size: int | None = None, confirm_draws: int | None = None,
-                 fixes: bool | None = None) -> Report:
+                 symbols: dict | None = None, graph: str | None = None, fixes: bool | None = None) -> Report:
     """Load and verify graph dumps (see :func:`prepare_dumps` for the options; `views`,
     `confirm_draws` and `fixes`: see :func:`verify_prepared`)."""
     t0 = time.perf_counter()
-    p = prepare_dumps(seq_path, dist_path, relations_file, auto_relations, expect, kind, progress, world_size)
+    p = prepare_dumps(seq_path, dist_path, relations_file, auto_relations, expect, kind, progress, world_size,
+                      symbols, graph)
     return _timed(verify_prepared(p, views, _offset(progress, 2, 2 + len(ENGINE_STAGES)), confirm_draws, fixes), t0)
 
 
@@ -404,6 +429,7 @@ def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
     repair where one is found (:func:`suggest_fix`)."""
     report = verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name, views=views,
                            progress=progress, gradients=p.gradients)
+    report.pairing = [x.to_json() for x in p.pairing]
     if p.gradients:
         report.parameters = parameter_table(p, report)
     if report.status == "violation" and report.findings and (FIX_SEARCH if fixes is None else fixes):

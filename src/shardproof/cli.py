@@ -86,7 +86,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="expected relation of an output (repeatable); 'NAME=R of SEQ_NAME' when the "
                             "single-device output has another name. Default: every output recoverable")
     dumps.add_argument("--kind", metavar="fw|bw|both", help="which graph of the dump directories to verify")
-    v.add_argument("--relations", metavar="FILE", help="YAML relations file (sections inputs:, expect:, constants:)")
+    dumps.add_argument("--graph", metavar="gN", help="which of several <kind>.g<N>.r<rank>.py graphs to verify (g1)")
+    dumps.add_argument("--symbols", metavar="NAME=INT[,NAME=INT]", action="append", default=[],
+                       help="sizes of symbolic dims in the dumps (u0 of a data-dependent size); repeatable; "
+                            "over the relations file's symbols: section")
+    v.add_argument("--relations", metavar="FILE",
+                   help="YAML relations file (sections inputs:, expect:, constants:, symbols:)")
     v.add_argument("--plugin", metavar="MODULE_OR_FILE", action="append", default=[],
                    help="import a module that declares ops (shardproof.ops.registry.declare) first; repeatable")
     v.add_argument("--json", metavar="FILE", help="also write the report as JSON ('-' for stdout only)")
@@ -189,6 +194,16 @@ def _expectations(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _symbols(items: list[str]) -> dict[str, int]:
+    out = {}
+    for item in (part for i in items for part in i.split(",")):
+        name, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or not name.isidentifier() or not value.lstrip("-").isdigit():
+            raise UsageError(f"--symbols {item!r}: expected NAME=INT, e.g. --symbols u0=8")
+        out[name] = int(value)
+    return out
+
+
 def _check_form(args) -> None:
     """The arguments make sense together and every output path is writable: checked before any work."""
     check_output_path(args.json, "--json")
@@ -204,8 +219,10 @@ def _check_form(args) -> None:
         raise UsageError("graph dumps need both --seq (the single-device dump) and --dist (the distributed dumps)")
     if not dumps and not args.case:
         raise UsageError("give a case file, or --seq and --dist (see shardproof verify --help)")
-    if not dumps and (args.auto_relations or args.expect or args.kind):
-        raise UsageError("--auto-relations, --expect and --kind apply to graph dumps (--seq/--dist)")
+    if not dumps and (args.auto_relations or args.expect or args.kind or args.graph or args.symbols):
+        raise UsageError("--auto-relations, --expect, --kind, --graph and --symbols apply to graph dumps "
+                         "(--seq/--dist)")
+    _symbols(args.symbols)
 
 
 def _plan(args) -> list[tuple]:
@@ -232,7 +249,8 @@ def _run(args, path, n, module, progress):
         return verify_dumps(args.seq, args.dist[0] if len(args.dist) == 1 else args.dist,
                             relations_file=args.relations, auto_relations=args.auto_relations,
                             expect=_expectations(args.expect), kind=args.kind, progress=progress, views=views,
-                            world_size=n, confirm_draws=_confirm_draws(args), fixes=not args.no_fix)
+                            world_size=n, confirm_draws=_confirm_draws(args), symbols=_symbols(args.symbols),
+                            graph=args.graph, fixes=not args.no_fix)
     call = f"case({n or ''})"
     try:
         case = module.case(n) if n else module.case()

@@ -93,6 +93,7 @@ class Report:
     name: str = ""
     graphs: list[GraphView] = field(default_factory=list)  # per-node relations, when asked for (not in JSON)
     confirmation: Confirmation | None = None  # the proof run for real (a verified needs "confirmed")
+    pairing: list[dict] = field(default_factory=list)  # dumps, --auto-relations: outputs paired / left out
 
     @property
     def exit_code(self) -> int:

@@ -28,6 +28,7 @@ from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Partial, Relation, 
 from .diagnose import SLICING_OPS
 from .numeric import check_evaluable, evaluate
 from .assumptions import input_breaches
+from .next_step import for_op, for_unproved
 from .numeric import derive as derive_numeric
 from .result import Finding, OutputCheck, Report
 from .symbolic import SymbolicRun, derive, interpret
@@ -397,7 +398,7 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
         where = "single-device program" if u.rank is None else f"rank {u.rank}"
         at = [str(s) for s in (u.node.origin, u.node.source) if s]
         return finish("unknown", reason=f"{u.reason} at node {u.node.name} ({', '.join([where] + at)}); "
-                                        f"the engine cannot reason past it")
+                                        f"the engine cannot reason past it; {for_op(u.node.op)}")
     breaches = input_breaches(seq, examples)
     if not broken and not breaches:
         return finish("verified", strength="proof")
@@ -420,7 +421,8 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
                                  f"local: the op's inputs are proven to hold the single-device values shown")
         where = f"; relations stop at node {first.node.name} (op {first.node.op})" if first else ""
         return finish("unknown", reason=f"no proof for output(s) {', '.join(broken)}{where}{breached}, and no "
-                                        f"numeric evidence of a difference ({exc})")
+                                        f"numeric evidence of a difference ({exc}); "
+                                        f"{for_unproved(first.node.op if first else None)}")
     if not differing:
         first = _localize(run, relater, seq, dist, broken)
         where = f" (relations stop at node {first.node.name}, op {first.node.op})" if first else ""
@@ -428,7 +430,8 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
             return finish("unknown", reason=f"not verified: {breaches[0]}, so the rules' proof does not hold for "
                                             f"them; a numeric test on the example inputs shows no difference")
         return finish("unknown", reason=f"could not prove output(s) {', '.join(broken)}{where}; a numeric test on "
-                                        f"random inputs shows no difference, so this may be a missing lemma")
+                                        f"random inputs shows no difference, so this may be a missing lemma; "
+                                        f"{for_unproved(first.node.op if first else None)}")
     stage(3)
     report.findings = _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs, gradients)
     return finish("violation")

@@ -69,14 +69,16 @@ import ast
 import math
 import os
 import re
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ..ir.graph import Graph, Node, Source, TensorType, contiguous_strides
+from ..ir.graph import Graph, Node, Source, TensorType
+from .fx_functionalized import AutoFunctionalized
+from .fx_syntax import assigned_literal as _assigned_literal, dotted_name as _dotted
+from .fx_syntax import fix_class_names as _fix_class_names, sources as _sources, torch_op_name as _torch_op_name
 
-__all__ = ["DumpError", "parse_graph", "load_graph", "load_program", "dump_kinds", "TORCH_DTYPES"]
+__all__ = ["DumpError", "parse_graph", "load_graph", "TORCH_DTYPES"]  # directories of rank files: fx_program
 
 # torch.<name> dtype attribute -> the short form used in annotations and by torch_capture.DTYPES
 TORCH_DTYPES = {
@@ -88,8 +90,6 @@ _DROPPED_KWARGS = {"device", "layout", "pin_memory", "memory_format", "non_block
 # collectives whose last positional argument is a process-group name
 _GROUP_PREFIXES = ("_c10d_functional.", "_c10d_functional_autograd.")
 _GROUP_OPS = {"vllm.all_reduce", "vllm.all_gather", "vllm.reduce_scatter"}
-_V2_VIEW_SUFFIXES = ("_base_index", "_alias", "_slice_dim", "_slice_start", "_slice_end", "_size", "_stride",
-                     "_storage_offset")
 _SCALAR_ANNOTATIONS = {"int", "float", "bool", "str", "None", "SymInt", "SymFloat", "SymBool"}
 _PY_NAMES = {"inf": math.inf, "nan": math.nan}
 _BINOPS = {
@@ -100,14 +100,11 @@ _BINOPS = {
 _UNARYOPS = {ast.USub: "neg", ast.UAdd: "pos", ast.Invert: "invert", ast.Not: "not_"}
 _CMPOPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
 
-_FILE_RE = re.compile(r"#\s*File:\s*(?P<file>.+?):(?P<line>\d+)(?: in (?P<fn>[^,]+?))?(?:, code: (?P<code>.*))?\s*$")
 _TYPE_RE = re.compile(r"^\s*(?P<dtype>[A-Za-z_][A-Za-z0-9_]*)\[(?P<shape>[^\[\]]*)\]"
                       r"(?:\[(?P<stride>[^\[\]]*)\])?\s*(?P<device>[A-Za-z_][\w:]*)?\s*$")
 # torch.fx's dtype abbreviations: f32, bf16, f8e4m3fn, i64, u8, b8, c64, ...
 _DTYPE_RE = re.compile(r"^(?:bf16|[fiucb]\d[0-9a-z_]*)$")
 _SYM_RE = re.compile(r"^\s*Sym\((?P<expr>.*)\)\s*$")
-_CLASS_RE = re.compile(r"^(\s*class\s+)([^\s(:]+)(?=\s*[(:])", re.M)
-_RANK_RE = re.compile(r"\.r(\d+)\.py$")
 
 
 class DumpError(Exception):
@@ -129,82 +126,7 @@ def read_dump(path) -> str:
         raise DumpError(path, None, f"cannot read: {exc}") from None
 
 
-# ---------------------------------------------------------------- helpers
-
-def _dotted(expr: ast.AST) -> str | None:
-    """``torch.ops.aten.mm.default`` -> that string; None if not a plain dotted name."""
-    parts = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if isinstance(expr, ast.Name):
-        parts.append(expr.id)
-        return ".".join(reversed(parts))
-    return None
-
-
-def _torch_op_name(dotted: str) -> str | None:
-    """``torch.ops.NS.OP[.OVERLOAD]`` -> ``NS.OP``."""
-    if not dotted.startswith("torch.ops."):
-        return None
-    parts = dotted.split(".")[2:]
-    return ".".join(parts[:2]) if len(parts) >= 2 else None
-
-
-def _is_identifier(s: str) -> bool:
-    return s.isidentifier()
-
-
-def _fix_class_names(text: str) -> str:
-    """``class <lambda>(torch.nn.Module):`` is printed by FX but is not Python: rename
-    such classes (same line, so line numbers are kept)."""
-    def sub(m):
-        return m.group(0) if _is_identifier(m.group(2)) else m.group(1) + "_fx_graph_"
-    return _CLASS_RE.sub(sub, text)
-
-
-def _sources(lines: list[str]) -> list[Source | None]:
-    """Source in force at each (1-based) line: set by ``# File:`` comments, cleared by blank
-    lines and ``# No stacktrace found`` comments."""
-    out: list[Source | None] = [None]
-    cur = None
-    for raw in lines:
-        s = raw.strip()
-        if not s:
-            cur = None
-        elif s.startswith("#"):
-            m = _FILE_RE.match(s)
-            if m:
-                cur = Source(m.group("file").strip(), int(m.group("line")), (m.group("fn") or "").strip(),
-                             (m.group("code") or "").strip())
-            elif s.startswith("# No stacktrace"):
-                cur = None
-        out.append(cur)
-    return out
-
-
-def _assigned_literal(src: Source | None, ann_type):
-    """The number a 0-d tensor constant holds when the source line that made it is
-    ``x[...] = <number>`` (PyTorch lifts the literal into a constant tensor); else None."""
-    if src is None or not src.code or (isinstance(ann_type, TensorType) and ann_type.shape != ()):
-        return None
-    try:
-        st = ast.parse(src.code).body
-    except SyntaxError:
-        return None
-    if len(st) != 1 or not isinstance(st[0], ast.Assign) or len(st[0].targets) != 1 \
-            or not isinstance(st[0].targets[0], ast.Subscript):
-        return None
-    expr, sign = st[0].value, 1
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
-        expr, sign = expr.operand, (-1 if isinstance(expr.op, ast.USub) else 1)
-    if not isinstance(expr, ast.Constant) or isinstance(expr.value, bool) or not isinstance(expr.value, (int, float)):
-        return None
-    import numpy as np
-    return np.asarray(sign * expr.value)
-
-
-class _Parser:
+class _Parser(AutoFunctionalized):
     def __init__(self, text: str, filename: str, groups, world_size, symbols, rank, constants):
         self.text = text
         self.filename = filename
@@ -232,7 +154,9 @@ class _Parser:
         if isinstance(expr, ast.Name):
             if expr.id in self.symbols:
                 return int(self.symbols[expr.id])
-            raise self.err(f"symbolic size {expr.id!r} in annotation {ann!r}: pass symbols={{{expr.id!r}: <int>}}")
+            raise self.err(f"symbolic size {expr.id!r} in annotation {ann!r} (a data-dependent size?): give its "
+                           f"value with --symbols {expr.id}=<int>, a symbols: section in the relations file, or "
+                           f"symbols={{{expr.id!r}: <int>}}")
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
             v = self._dim(expr.operand, ann)
             return -v if isinstance(expr.op, ast.USub) else v
@@ -463,144 +387,6 @@ class _Parser:
         if ty is not None or types[index] is None:
             types[index] = ty
         producer.type = tuple(types)
-
-    # ------------------------------------------------------------ auto_functionalized
-    def auto_functionalized(self, name: str, call: ast.Call, ann_type, v2: bool) -> Node:
-        if not call.args:
-            raise self.err("auto_functionalized without the op it wraps")
-        target = _dotted(call.args[0])
-        op = _torch_op_name(target) if target else None
-        if op is None:
-            raise self.err(f"auto_functionalized of {ast.unparse(call.args[0])!r}: expected torch.ops.NS.OP")
-        if len(call.args) > 1:
-            raise self.err("auto_functionalized takes the op's arguments as keywords only")
-        kwargs = self.kwargs_of(call)
-        for k in ("_only_clone_these_tensors", "_only_clone_these_bases"):
-            kwargs.pop(k, None)
-        if not v2:
-            return self.add(Node(name, op, (), kwargs, None, self.src))
-        bases = kwargs.pop("_all_bases", [])
-        if not isinstance(bases, (list, tuple)) or not all(isinstance(b, Node) for b in bases):
-            raise self.err(f"auto_functionalized_v2: _all_bases must be a list of nodes, got {bases!r}")
-        lists = [k[1:-len("_length")] for k in kwargs if k.startswith("_") and k.endswith("_length")]
-        elem_re = re.compile("^(?:" + "|".join(re.escape(l) for l in lists) + r")_\d+$") if lists else None
-        names: list[str] = []  # mutable arguments, in schema (= printed) order
-        meta: set[str] = set()
-        for k in kwargs:
-            if k.startswith("_") and k.endswith("_length") and k[1:-len("_length")] in lists:
-                names.append(k[1:-len("_length")])
-                meta.add(k)
-            elif k.startswith("_") and k.endswith("_base_index"):
-                m = k[1:-len("_base_index")]
-                if elem_re is None or not elem_re.match(m):
-                    names.append(m)
-        prefixes = [f"_{m}" for m in names if m not in lists]
-        for l in lists:
-            n = kwargs.get(f"_{l}_length")
-            prefixes += [f"_{l}_{i}" for i in range(n if isinstance(n, int) else 0)]
-        for pre in prefixes:
-            meta.update(pre + s for s in _V2_VIEW_SUFFIXES)
-        op_kwargs = {k: v for k, v in kwargs.items() if k not in meta}
-        node = Node(name, op, (), op_kwargs, None, self.src)
-        mutations: dict[int, list] = {}  # base index -> [(output index, element index or None, view)]
-        for k, m in enumerate(names):
-            if m in lists:
-                n = kwargs.get(f"_{m}_length")
-                if n is None:
-                    op_kwargs[m] = None
-                    continue
-                elems = []
-                for i in range(int(n)):
-                    view = self.v2_view(kwargs, f"_{m}_{i}", bases, m)
-                    elems.append(view)
-                    if view is not None:
-                        mutations.setdefault(view["base"], []).append((1 + k, i, view))
-                op_kwargs[m] = [None if v is None else v["value"] for v in elems]
-            else:
-                view = self.v2_view(kwargs, f"_{m}", bases, m)
-                if view is None:
-                    op_kwargs[m] = None
-                    continue
-                op_kwargs[m] = view["value"]
-                mutations.setdefault(view["base"], []).append((1 + k, None, view))
-        self.add(node)  # after the synthetic view nodes v2_view added
-        node.type = tuple([None] + [None] * len(names))
-        for k, m in enumerate(names):
-            v = op_kwargs.get(m)
-            if isinstance(v, Node):
-                node.type = node.type[:1 + k] + (v.type,) + node.type[2 + k:]
-        self.v2[node] = {"bases": list(bases), "mutations": mutations}
-        return node
-
-    def v2_view(self, kwargs: dict, prefix: str, bases: list, arg: str):
-        idx = kwargs.get(f"{prefix}_base_index")
-        if idx is None:
-            return None
-        if not isinstance(idx, int) or not 0 <= idx < len(bases):
-            raise self.err(f"auto_functionalized_v2: {prefix}_base_index={idx!r} is not an index into _all_bases")
-        base = bases[idx]
-        if kwargs.get(f"{prefix}_slice_dim") is not None or f"{prefix}_slice_dim" in kwargs:
-            dim, start, end = (kwargs.get(f"{prefix}_slice_{s}") for s in ("dim", "start", "end"))
-            ty = None
-            if isinstance(base.type, TensorType) and isinstance(dim, int) and -len(base.shape) <= dim < len(
-                    base.shape) and all(v is None or type(v) is int for v in (start, end)):
-                shape = list(base.shape)
-                shape[dim] = len(range(*slice(start, end).indices(shape[dim])))
-                ty = TensorType(tuple(shape), base.type.dtype)
-            view = self.add(Node(self.fresh(f"{self.current}.{arg}"), "aten.slice", (base, dim, start, end), {}, ty,
-                                 self.src))
-            return {"base": idx, "value": view, "node": view, "kind": "slice", "params": (dim, start, end)}
-        if f"{prefix}_storage_offset" in kwargs:
-            size, stride, off = (kwargs.get(f"{prefix}_{s}") for s in ("size", "stride", "storage_offset"))
-            if isinstance(base.type, TensorType) and base.type.strides is None:
-                # dumps print no strides; a functionalization base owns its storage: contiguous from offset 0
-                base.type = replace(base.type, strides=tuple(contiguous_strides(base.type.shape)), offset=0)
-            ty = TensorType(tuple(size), base.type.dtype) if isinstance(base.type, TensorType) and isinstance(
-                size, (list, tuple)) and all(isinstance(s, int) for s in size) else None
-            view = self.add(Node(self.fresh(f"{self.current}.{arg}"), "aten.as_strided", (base, size, stride, off), {},
-                                 ty, self.src))
-            return {"base": idx, "value": view, "node": view, "kind": "as_strided", "params": (size, stride, off)}
-        # the base itself, or an alias of it (_x_alias=True): same values
-        return {"base": idx, "value": base, "node": None, "kind": "whole", "params": ()}
-
-    def v2_getitem(self, name: str, producer: Node, index: int, ann_type) -> Node:
-        info = self.v2[producer]
-        if index == 0:
-            node = self.add(Node(name, "getitem", (producer, 0), {}, ann_type, self.src))
-            self.set_output_type(producer, 0, ann_type)
-            return node
-        j = index - 1
-        if not 0 <= j < len(info["bases"]):
-            raise self.err(f"{producer.name}[{index}]: auto_functionalized_v2 has {len(info['bases'])} bases")
-        muts = info["mutations"].get(j, [])
-        if not muts:  # a base no argument mutates: unchanged
-            raise self.err(f"{producer.name}[{index}]: no argument of {producer.op} mutates base {j}")
-        if len(muts) == 1 and muts[0][2]["kind"] == "whole":
-            out, elem, _ = muts[0]
-            if elem is None:
-                node = self.add(Node(name, "getitem", (producer, out), {}, ann_type, self.src))
-                if ann_type is not None:
-                    self.set_output_type(producer, out, ann_type)
-                return node
-            lst = self.add(Node(self.fresh(f"{name}.list"), "getitem", (producer, out), {}, None, self.src))
-            return self.add(Node(name, "getitem", (lst, elem), {}, ann_type, self.src))
-        cur = info["bases"][j]
-        for i, (out, elem, view) in enumerate(muts):
-            new = self.add(Node(self.fresh(f"{name}.arg{out}"), "getitem", (producer, out), {},
-                                view["value"].type if elem is None else None, self.src))
-            if elem is not None:
-                new = self.add(Node(self.fresh(f"{name}.arg{out}_{elem}"), "getitem", (new, elem), {},
-                                    view["value"].type, self.src))
-            last = i == len(muts) - 1
-            nm = name if last else self.fresh(f"{name}.scatter{i}")
-            ty = ann_type if last else cur.type
-            if view["kind"] == "whole":
-                cur = new if not last else self.add(Node(nm, "aten.alias", (new,), {}, ty, self.src))
-            elif view["kind"] == "slice":
-                cur = self.add(Node(nm, "aten.slice_scatter", (cur, new, *view["params"]), {}, ty, self.src))
-            else:
-                cur = self.add(Node(nm, "aten.as_strided_scatter", (cur, new, *view["params"]), {}, ty, self.src))
-        return cur
 
     # ------------------------------------------------------------ the function body
     def assign(self, name: str, expr: ast.AST, ann_type) -> None:
@@ -838,79 +624,3 @@ def load_graph(path: str, **kw) -> Graph:
     """Read and parse one dump file (keyword arguments as for :func:`parse_graph`)."""
     path = os.fspath(path)
     return parse_graph(read_dump(path), filename=kw.pop("filename", path), **kw)
-
-
-def _rank_of(path: str) -> int | None:
-    m = _RANK_RE.search(os.path.basename(path))
-    return int(m.group(1)) if m else None
-
-
-def dump_kinds(directory) -> list[str]:
-    """The graph kinds (``fw``, ``bw``, ``both``...) of the per-rank dumps in a directory."""
-    return sorted({f.split(".", 1)[0] for f in os.listdir(directory) if _RANK_RE.search(f)})
-
-
-def load_program(paths_or_dir, kind: str = "fw", *, graph: str | None = None,
-                 groups: dict[str, Any] | None = None, symbols: dict[str, int] | None = None,
-                 constants: dict[str, float] | None = None) -> list[Graph]:
-    """One distributed program: a directory of per-rank dumps named ``<kind>[.<graph>].r<N>.py``
-    (``kind`` picks ``fw``/``bw``/``both``; ``graph`` picks e.g. ``g0`` when several exist),
-    or an explicit list of files. Graphs come back sorted by rank number; collective group
-    names resolve against ``groups``, else to all ``len(files)`` ranks. ``constants`` gives
-    tensor constants' values (see :func:`parse_graph`); each must name a constant of some rank."""
-    where = os.fspath(paths_or_dir) if isinstance(paths_or_dir, (str, os.PathLike)) else None
-    if isinstance(paths_or_dir, (str, os.PathLike)) and os.path.isdir(paths_or_dir):
-        d = os.fspath(paths_or_dir)
-        pat = re.compile(r"^" + re.escape(kind) + r"(?:\.(?P<mid>.+?))?\.r(?P<rank>\d+)\.py$")
-        found: dict[str, list[str]] = {}
-        for f in sorted(os.listdir(d)):
-            m = pat.match(f)
-            if m:
-                found.setdefault(m.group("mid") or "", []).append(os.path.join(d, f))
-        if graph is not None:
-            found = {k: v for k, v in found.items() if k == graph}
-        if not found:
-            kinds = dump_kinds(d)
-            other = f" (found: {', '.join(kinds)})" if kinds else ""
-            raise DumpError(d, None, f"no {kind}[.<graph>].r<N>.py files{other}")
-        if len(found) > 1:
-            raise DumpError(d, None, f"several {kind} graphs ({', '.join(sorted(found))}): pick one with graph=")
-        paths = next(iter(found.values()))
-    elif isinstance(paths_or_dir, (str, os.PathLike)):
-        if not os.path.exists(paths_or_dir):
-            raise DumpError(os.fspath(paths_or_dir), None, "no such file or directory")
-        paths = [os.fspath(paths_or_dir)]
-    else:
-        paths = [os.fspath(p) for p in paths_or_dir]
-    if not paths:
-        raise DumpError("<program>", None, "no files given")
-    ranks = [_rank_of(p) for p in paths]
-    if any(r is not None for r in ranks):
-        missing = [p for p, r in zip(paths, ranks) if r is None]
-        if missing:
-            raise DumpError(missing[0], None, "no rank number in the file name (expected ...r<N>.py)")
-        order = sorted(range(len(paths)), key=lambda i: ranks[i])
-        paths = [paths[i] for i in order]
-        ranks = [ranks[i] for i in order]
-        if ranks != list(range(len(paths))):
-            dup = sorted({r for r in ranks if ranks.count(r) > 1})
-            odd = next(i for i, r in enumerate(ranks) if r != i)
-            what = f"rank {dup[0]} given twice" if dup else \
-                f"ranks {ranks} are not 0..{len(paths) - 1} (no file for rank {odd})"
-            raise DumpError(paths[odd], None, f"{what}: a program needs one file per rank")
-    else:
-        ranks = list(range(len(paths)))
-    world = len(paths)
-    graphs = []
-    for r, p in zip(ranks, paths):
-        g = load_graph(p, groups=groups, world_size=world, symbols=symbols, rank=r, constants=constants)
-        g.label = f"rank {r} ({os.path.basename(p)})"
-        graphs.append(g)
-    known = {n.name for g in graphs for n in g.nodes if n.op == "constant"}
-    unknown = sorted(set(constants or {}) - known)
-    if unknown:
-        raise DumpError(where or paths[0], None,
-                        f"a value is given for constant(s) {', '.join(unknown)}, which the program does not read "
-                        f"(its constants: {', '.join(sorted(known)) or 'none'})")
-    return graphs
-

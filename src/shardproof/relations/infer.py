@@ -84,9 +84,11 @@ class RelationsFile:
     shared: set[str] = field(default_factory=set)
     """Constants whose value the dumps do not print (HLO ``constant({...})``) stated to be
     the same in both programs (``NAME: same``)."""
+    symbols: dict[str, dict[str, int]] = field(default_factory=lambda: {"seq": {}, "dist": {}})
+    """Values of symbolic sizes in dump annotations (``u0`` of a data-dependent size), per side."""
 
 
-SECTIONS = ("inputs", "expect", "constants")
+SECTIONS = ("inputs", "expect", "constants", "symbols")
 
 
 def _key_lines(node, prefix: tuple = ()) -> dict[tuple, int]:
@@ -103,8 +105,9 @@ def _key_lines(node, prefix: tuple = ()) -> dict[tuple, int]:
 
 def load_yaml(path: str) -> RelationsFile:
     """Read a relations file: sections ``inputs:`` (name/glob -> relation), ``expect:``
-    (output name -> relation) and ``constants:`` (name -> number, or {seq: n, dist: n}, or
-    ``same``: an unprinted constant holding the same value in both programs);
+    (output name -> relation), ``constants:`` (name -> number, or {seq: n, dist: n}, or
+    ``same``: an unprinted constant holding the same value in both programs) and
+    ``symbols:`` (symbolic size -> integer, or {seq: n, dist: n});
     a file without sections is an ``inputs`` mapping."""
     import yaml
     try:
@@ -135,18 +138,30 @@ def load_yaml(path: str) -> RelationsFile:
     if not isinstance(constants, Mapping):
         raise RelationError(f"{path}:{lines.get(('constants',), '?')}: constants must map names to numbers")
     for name, value in constants.items():
-        where = f"{path}:{lines.get(('constants', name), '?')}"
         if value == "same":
             out.shared.add(str(name))
             continue
-        per_side = value if isinstance(value, Mapping) else {"seq": value, "dist": value}
-        if set(per_side) - {"seq", "dist"}:
-            raise RelationError(f"{where}: constant {name!r} must be a number, {{seq: n, dist: n}} or same")
-        for side, v in per_side.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise RelationError(f"{where}: the value of constant {name!r} must be a number, not {v!r}")
-            out.constants[side][str(name)] = v
+        _per_side(out.constants, name, value, f"{path}:{lines.get(('constants', name), '?')}", "constant",
+                  (int, float))
+    symbols = data.get("symbols") or {}
+    if not isinstance(symbols, Mapping):
+        raise RelationError(f"{path}:{lines.get(('symbols',), '?')}: symbols must map size names to integers")
+    for name, value in symbols.items():
+        _per_side(out.symbols, name, value, f"{path}:{lines.get(('symbols', name), '?')}", "symbol", (int,))
     return out
+
+
+def _per_side(into: dict, name, value, where: str, what: str, types: tuple) -> None:
+    """``NAME: v`` or ``NAME: {seq: v, dist: v}`` into ``into[side][NAME]``."""
+    per_side = value if isinstance(value, Mapping) else {"seq": value, "dist": value}
+    kind = "a number" if float in types else "an integer"
+    if set(per_side) - {"seq", "dist"}:
+        extra = " or same" if what == "constant" else ""
+        raise RelationError(f"{where}: {what} {name!r} must be {kind}, {{seq: n, dist: n}}{extra}")
+    for side, v in per_side.items():
+        if isinstance(v, bool) or not isinstance(v, types):
+            raise RelationError(f"{where}: the value of {what} {name!r} must be {kind}, not {v!r}")
+        into[side][str(name)] = v
 
 
 def match_spec(spec: dict[str, SpecEntry], name: str):

@@ -65,6 +65,20 @@ def _relations(report: Report) -> Table:
     return table
 
 
+def _pairing(report: Report) -> Text:
+    """Dumps with --auto-relations: the outputs paired, and those left out with why."""
+    paired = [f"{p['single_device']}" + ("" if p["distributed"] == p["single_device"] else f" ~ {p['distributed']}")
+              + f" ({p['paired']})" for p in report.pairing if "paired" in p]
+    left: dict[str, list] = {}
+    for p in report.pairing:
+        if "left_out" in p:
+            left.setdefault(p["left_out"], []).append(p["single_device"])
+    text = Text("outputs paired: " + ", ".join(paired), style="dim")
+    for why, names in left.items():
+        text.append(f"\nleft out: {', '.join(names)}: {why}", style="dim")
+    return text
+
+
 def _finding(i: int, f) -> Panel:
     lines = [Text.assemble(("kind: ", "bold"), f.kind),
              Text.assemble(("where: ", "bold"), f"node {f.node} ({f.op}) on rank(s) {', '.join(map(str, f.rank))}"
@@ -102,6 +116,8 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
         console.print(_outputs(Report(report.status, report.world_size, outputs=report_outputs)))
     else:
         console.print(_outputs(report))
+    if report.pairing:
+        console.print(_pairing(report))
     for i, f in enumerate(report.findings, 1):
         console.print(_finding(i, f))
     if verbose or report.status != "verified":
