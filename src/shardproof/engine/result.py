@@ -91,6 +91,13 @@ class Report:
     graphs: list[GraphView] = field(default_factory=list)  # per-node relations, when asked for (not in JSON)
     confirmation: Confirmation | None = None  # the proof run for real (a verified needs "confirmed")
 
+    def __repr__(self) -> str:  # short, so that a failed `assert report.status == ...` stays readable
+        first = self.findings[0] if self.findings else None
+        found = f", first finding {first.kind} at node {first.node} ({first.op}) on ranks {first.rank}" \
+            f"{' at ' + first.source if first.source else ''}" if first else ""
+        why = f", reason {self.reason[:200]!r}" if self.reason and not first else ""
+        return f"Report({self.status}, {self.name or 'case'} at world size {self.world_size}{found}{why})"
+
     @property
     def exit_code(self) -> int:
         return {"verified": 0, "violation": 1, "unknown": 2}[self.status]
