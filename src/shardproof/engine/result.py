@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+SCHEMA_VERSION = "1"
+
 
 @dataclass
 class Finding:
@@ -103,7 +105,7 @@ class Report:
         return {"verified": 0, "violation": 1, "unknown": 2}[self.status]
 
     def to_json(self) -> dict:
-        d = asdict(replace(self, graphs=[]))
+        d = {"schema_version": SCHEMA_VERSION, **asdict(replace(self, graphs=[]))}
         del d["graphs"]
         d["outputs"] = [dict(asdict(o), ok=o.ok) for o in self.outputs]
         return d
