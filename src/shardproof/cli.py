@@ -77,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page: the single-device graph "
                                                   "beside each rank's, nodes coloured by relation, the finding marked")
     v.add_argument("--verbose", "-v", action="store_true", help="show the input relations even when verified")
+    v.add_argument("--save-counterexample", metavar="DIR",
+                   help="on a violation, save inputs on which the programs really differ (npz) and DIR/replay.py, "
+                        "which runs both programs on them (gloo, CPU) and prints the difference (case files only)")
     v.add_argument("--confirm-draws", metavar="N", type=int, default=None,
                    help="confirm a proof by running the programs on their own values and N fresh random draws "
                         "(default 2); verified needs the execution to agree")
@@ -208,6 +211,10 @@ def _verify(args) -> int:
     from .report.progress import progress_bar
     from .report.terminal import render
     _check_form(args)
+    if args.save_counterexample and not args.case:
+        raise UsageError("--save-counterexample replays case files (a graph dump is never executed)")
+    if args.save_counterexample and os.path.exists(args.save_counterexample) and not os.path.isdir(args.save_counterexample):
+        raise UsageError(f"--save-counterexample {args.save_counterexample}: exists and is not a directory")
     for plugin in args.plugin:
         load_plugin(plugin)
     to_stdout = args.json == "-"
@@ -225,7 +232,25 @@ def _verify(args) -> int:
         if not to_stdout:
             console.print(f"HTML report: {args.html}", style="dim", highlight=False, soft_wrap=True)
     _emit_json(args.json, report.to_json())
+    if args.save_counterexample:
+        _save_counterexample(args, report, console, to_stdout)
     return report.exit_code
+
+
+def _save_counterexample(args, report, console, quiet: bool) -> None:
+    """``--save-counterexample DIR``: a violation's inputs and DIR/replay.py."""
+    from .api import InputError, save_counterexample
+    if report.status != "violation":
+        if not quiet:
+            console.print(f"no counterexample to save: the verdict is {report.status}", style="dim")
+        return
+    try:
+        script = save_counterexample(report, args.case, args.save_counterexample, args.world_size)
+    except (InputError, OSError) as exc:  # the verdict stands (its exit code is kept); say why nothing was saved
+        print(f"shardproof: error: no counterexample saved: {exc}", file=sys.stderr)
+        return
+    if not quiet:
+        console.print(f"counterexample saved: python {script}", style="dim", highlight=False, soft_wrap=True)
 
 
 def _zoo(args) -> int:
