@@ -77,3 +77,23 @@ def test_report_repr_is_short():
     assert f.kind in text and f.node in text and len(text) < 400, text
     assert "Finding(" not in text
     assert len(rendered(report)) > len(text)
+
+
+def test_pytest_plugin_collects_case_files(tmp_path):
+    """``pytest --shardproof`` runs each case file as a test: a correct case passes, a bug
+    case passes as the violation its meta states, and a failure shows the rendered report."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    (tmp_path / "cases").mkdir()
+    wrong = tmp_path / "cases" / "claims_verified.py"  # a bug case that claims to be correct (found in a directory)
+    wrong.write_text(f"import sys\nsys.path.insert(0, {os.path.dirname(BUG)!r})\n"
+                     "from missing_allreduce import case as _case\n\n\ndef case(world_size=2):\n"
+                     "    c = _case(world_size)\n    c.meta = {}\n    return c\n")
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "shardproof.pytest_plugin", "--shardproof",
+                           "-p", "no:cacheprovider", TP_MLP, BUG, str(tmp_path / "cases")], capture_output=True, text=True,
+                          cwd=str(tmp_path), env=env, timeout=600)
+    out = done.stdout
+    assert done.returncode == 1 and "2 passed" in out and "1 failed" in out, out[-3000:]
+    assert "expected verified, got violation" in out and "VIOLATION" in out and "finding 1" in out
