@@ -15,7 +15,7 @@ from conftest import ROOT, ZOO
 
 pytest.importorskip("torch", reason="live capture needs the torch extra")
 
-from shardproof.api import save_counterexample, verify_case  # noqa: E402
+from shardproof.api import InputError, save_counterexample, verify_case  # noqa: E402
 from shardproof.cli import main  # noqa: E402
 from shardproof.testing import load_case  # noqa: E402
 
@@ -46,21 +46,42 @@ def test_cli_saves_a_counterexample_that_replays_to_a_difference(tmp_path, capsy
     assert worst > 1e-2
 
 
+def _own_values(path, world):
+    """A correct case's own value set, saved as save_counterexample saves one."""
+    from shardproof.frontends import torch_replay
+    report = verify_case(load_case(path, world), confirm_draws=0)
+    assert report.status == "verified", repr(report)
+    case = load_case(path, world)
+    dtypes = {}
+    saved = torch_replay.Saved(path, world, torch_replay._to_numpy(case.inputs, dtypes),
+                               torch_replay._to_numpy(torch_replay.snapshot(case.single), dtypes),
+                               {o.name: o.expected for o in report.outputs},
+                               {k: {"relation": r["relation"], "of": r["of"]} for k, r in report.relations.items()},
+                               torch_replay.training_renames(report.parameters), "the case's own values", dtypes)
+    return case, saved
+
+
 def test_a_correct_case_replays_to_agreement(tmp_path):
     """The same replay on a correct case's values agrees (exit 0): the difference is the bug's."""
     from shardproof.frontends import torch_replay
-    path = os.path.join(ZOO, "tp_mlp.py")
-    report = verify_case(load_case(path, 2), confirm_draws=0)
-    case = load_case(path, 2)
-    dtypes = {}
-    saved = torch_replay.Saved(path, 2, torch_replay._to_numpy(case.inputs, dtypes),
-                               torch_replay._to_numpy(dict(case.single.state_dict()), dtypes),
-                               {o.name: o.expected for o in report.outputs}, label="the case's own values",
-                               dtypes=dtypes)
+    _, saved = _own_values(os.path.join(ZOO, "tp_mlp.py"), 2)
     torch_replay.write(saved, str(tmp_path))
     done = replay(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the programs agree" in done.stdout
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_a_correct_training_step_agrees_within_its_step_size(world):
+    """Updated parameters are judged against the size of their step (tight): a correct
+    step (dp x tp, SGD) still agrees on gloo."""
+    from shardproof.frontends import torch_replay
+    case, saved = _own_values(os.path.join(ZOO, "train", "tp_mlp_train.py"), world)
+    torch_replay.apply(case, saved)
+    s_in, s_out, _, r_out = torch_replay.run(case, saved)
+    gaps, differ = torch_replay.compare(saved, s_in, s_out, r_out)
+    assert differ == [], gaps
+    assert any(name.startswith("updated:") for name in gaps)
 
 
 def test_not_for_dumps_and_nothing_on_verified(tmp_path, capsys):
@@ -68,6 +89,15 @@ def test_not_for_dumps_and_nothing_on_verified(tmp_path, capsys):
     assert "case files" in capsys.readouterr().err
     assert main(["verify", os.path.join(ZOO, "tp_mlp.py"), "--save-counterexample", str(tmp_path / "x")]) == 0
     assert "no counterexample to save" in capsys.readouterr().out and not (tmp_path / "x").exists()
+
+
+OUTPUT_EQUIVALENT = {
+    "bugs/wrong_slice_offset": "rank 1 rotates both its queries and keys by one extra RoPE position; with the real "
+                               "cos/sin tables q.k depends only on relative positions, so the outputs agree (measured: "
+                               "2.4e-7 apart); the finding is about the rotated q/k, an intermediate tensor",
+}
+"""Zoo bugs whose outputs the real programs compute alike (run on gloo): the violation is an
+intermediate tensor's, and no saved value set can make the outputs differ."""
 
 
 def _zoo_bugs():
@@ -90,6 +120,12 @@ def test_every_zoo_bug_replays_to_a_difference(path, tmp_path):
         pytest.skip("not a violation: " + str(meta.get("pending") or meta.get("unknown_op") or meta.get("known_gap")))
     report = verify_case(case, confirm_draws=0)
     assert report.status == "violation", repr(report)
+    name = os.path.relpath(path, ZOO)[:-3]
+    if name in OUTPUT_EQUIVALENT:  # said so, and nothing saved
+        with pytest.raises(InputError, match="no value set tried made the programs differ"):
+            save_counterexample(report, path, tmp_path, module_world)
+        assert not os.path.exists(tmp_path / "replay.py")
+        return
     save_counterexample(report, path, tmp_path, module_world)
     done = replay(tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr

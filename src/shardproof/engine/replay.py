@@ -66,10 +66,13 @@ def candidates(expected: str, shape: tuple) -> list[Relation]:
     return [Replicate()] + [Shard(d) for d in range(len(shape))] + [Partial("sum")]
 
 
-def output_gaps(expected: dict, seq_outputs: dict, rank_outputs: list) -> dict[str, tuple[float, float]]:
+def output_gaps(expected: dict, seq_outputs: dict, rank_outputs: list, bases: dict | None = None
+                ) -> dict[str, tuple[float, float]]:
     """Per output (name -> expected relation, in words): (its largest difference under the
     best-fitting candidate relation, the tolerance it is judged with). Outputs a rank did
-    not return are inf."""
+    not return are inf. The tolerance is relative to the output's magnitude, or, for an
+    output in `bases` (an updated parameter -> the parameter before the step), to its
+    change from that base (the step, whose rounding is what differs)."""
     world = len(rank_outputs)
     scale = max((float(np.nanmax(np.abs(np.asarray(v, dtype=np.float64)))) for v in seq_outputs.values()
                  if np.size(v) and np.isfinite(np.asarray(v, dtype=np.float64)).any()), default=0.0)
@@ -83,7 +86,9 @@ def output_gaps(expected: dict, seq_outputs: dict, rank_outputs: list) -> dict[s
             continue
         pieces = [r[name] for r in rank_outputs]
         found = [g for g in (gap(rel, whole, pieces, world) for rel in candidates(exp, whole.shape)) if not math.isnan(g)]
-        magnitude = float(np.nanmax(np.abs(whole))) if whole.size and np.isfinite(whole).any() else 0.0
+        moved = whole - np.asarray(bases[name]) if name in (bases or {}) and np.shape(bases[name]) == whole.shape \
+            else whole
+        magnitude = float(np.nanmax(np.abs(moved))) if whole.size and np.isfinite(moved).any() else 0.0
         out[name] = (min(found, default=math.nan), tolerance(None) * max(magnitude, FLOOR * scale))
     return out
 

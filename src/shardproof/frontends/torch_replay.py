@@ -100,9 +100,12 @@ def run(case: Case, saved: Saved, timeout: float = 120.0):
     return s_in, s_out, r_in, r_out
 
 
-def compare(saved: Saved, s_out: dict, r_out: list) -> tuple[dict, list]:
-    """(per output (largest difference, tolerance), the outputs that differ)."""
-    gaps = output_gaps(saved.expected, s_out, r_out)
+def compare(saved: Saved, s_in: dict, s_out: dict, r_out: list) -> tuple[dict, list]:
+    """(per output (largest difference, tolerance), the outputs that differ); an updated
+    parameter is judged against the size of its step."""
+    bases = {name: s_in[name.split(":", 1)[1]] for name in s_out
+             if name.startswith("updated:") and name.split(":", 1)[1] in s_in}
+    gaps = output_gaps(saved.expected, s_out, r_out, bases)
     return gaps, differs(gaps)
 
 
@@ -161,7 +164,7 @@ def find(case: Case, case_file: str, world: int, report, redraw_seed: int) -> Sa
             case.inputs = original[0]
             restore(case.single, original[1])
         off = unrelated_inputs(saved.relations, s_in, r_in)
-        gaps, bad = compare(saved, s_out, r_out)
+        gaps, bad = compare(saved, s_in, s_out, r_out)
         if off is None and bad:
             return saved
         tried.append(f"{label}: " + (f"not used ({off})" if off else "the outputs agree"))
@@ -192,10 +195,10 @@ def main() -> int:
     saved = torch_replay.load(HERE)  # inputs.npz, state.npz, counterexample.json
     case = load_case(saved.case_file, saved.world_size)
     torch_replay.apply(case, saved)  # the saved data inputs and single-device weights
-    _, single = run_single(case, None)
+    single_inputs, single = run_single(case, None)
     ranks = run_distributed(case, saved.world_size, [None], rank_data=torch_replay.rank_data(case, saved))
     distributed = [{{saved.renames.get(k, k): v for k, v in r[0][1].items()}} for r in ranks]
-    gaps, differ = torch_replay.compare(saved, single, distributed)
+    gaps, differ = torch_replay.compare(saved, single_inputs, single, distributed)
     for name, (gap, tol) in gaps.items():
         print(f"{{name}}: max |distributed - single-device| = {{gap:.6g}}  (tolerance {{tol:.3g}})"
               + ("  DIFFERS" if name in differ else ""))
