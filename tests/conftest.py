@@ -31,3 +31,55 @@ def assert_proved_not_confirmed(report, why: str = "too large to execute here"):
     assert report.status == "unknown", (report.status, report.reason)
     assert report.reason.startswith("proved, but not confirmed by execution") and why in report.reason, report.reason
     assert report.confirmation is not None and report.confirmation.outcome == "skipped"
+
+
+# Every report the tests produce follows the JSON Schema (src/shardproof/report/report.schema.json):
+# each Report made during a test is validated at its end, and every to_json() call as it is made.
+import json  # noqa: E402
+
+import jsonschema  # noqa: E402
+import pytest  # noqa: E402
+
+from shardproof.engine.result import Report  # noqa: E402
+
+SCHEMA_PATH = os.path.join(ROOT, "src", "shardproof", "report", "report.schema.json")
+with open(SCHEMA_PATH, encoding="utf-8") as _f:
+    REPORT_SCHEMA = json.load(_f)
+REPORT_VALIDATOR = jsonschema.Draft202012Validator(REPORT_SCHEMA)
+
+
+def validate_report_json(data) -> None:
+    """`data` (a report's or an error's JSON, as the CLI writes it) follows the schema."""
+    doc = json.loads(json.dumps(data, default=str))
+    if REPORT_VALIDATOR.is_valid(doc):
+        return
+    branch = "error" if isinstance(doc, dict) and doc.get("status") == "error" else "report"  # its own errors
+    errors = sorted(REPORT_VALIDATOR.evolve(schema={"$defs": REPORT_SCHEMA["$defs"], "$ref": f"#/$defs/{branch}"})
+                    .iter_errors(doc), key=lambda e: list(e.absolute_path)) or list(REPORT_VALIDATOR.iter_errors(doc))
+    if errors:
+        raise AssertionError("report JSON does not follow report.schema.json: " + "; ".join(
+            f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message[:300]}" for e in errors[:5]))
+
+
+_made: list = []
+
+
+@pytest.fixture(autouse=True)
+def _reports_follow_the_schema(monkeypatch):
+    init, to_json = Report.__init__, Report.to_json
+
+    def tracked_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _made.append(self)
+
+    def validated_to_json(self):
+        data = to_json(self)
+        validate_report_json(data)
+        return data
+    monkeypatch.setattr(Report, "__init__", tracked_init)
+    monkeypatch.setattr(Report, "to_json", validated_to_json)
+    _made.clear()
+    yield
+    made, _made[:] = list(_made), []
+    for report in made:
+        validate_report_json(to_json(report))

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch", reason="live capture needs the torch extra"
 from shardproof.api import cross_check, prepare, verify_prepared  # noqa: E402
 from shardproof import SGD, Train  # noqa: E402
 from shardproof.report.terminal import render  # noqa: E402
+from shardproof.testing import assert_verified, assert_violation  # noqa: E402
 
 TRAIN = os.path.join(ZOO, "train")
 SLOW = {"gpt2_block_train", "llama_block_train", "gpt2_block_zero", "ddp_bucket_train", "sp_replicated_train",
@@ -43,16 +44,14 @@ def _steps():
 
 @pytest.mark.parametrize("module,world,options", _steps())
 def test_training_step_verified(module, world, options):
-    p = prepare(module.case(world, **options), world)
-    report = verify_prepared(p)
-    assert report.status == "verified", (report.reason, [f.message for f in report.findings])
-    assert report.strength == "proof"
+    """A proof, confirmed by execution, numerically equal on random inputs (cross_check)."""
+    report = assert_verified(module.case(world, **options), world, cross_check=True)
     assert report.parameters, "a training step reports each parameter's gradient relation"
+    expected = {o.name: o.expected for o in report.outputs}
     for row in report.parameters:  # the parameter's relation unless the case states another (ZeRO-2's chunks)
         name = row["parameter"].split(" (of ")[-1].rstrip(")")
-        assert row["gradient"] == str(p.expect[f"grad:{name}"]), row
+        assert row["gradient"] == expected[f"grad:{name}"], row
         assert row.get("updated", row["relation"]) == row["relation"], row
-    assert cross_check(p) == [], "proved equal but numerically different: an unsound rule"
 
 
 def _bugs():
@@ -70,15 +69,14 @@ def test_training_bug_found(module):
     case = module.case(world)
     if case.meta.get("pending"):
         pytest.skip(f"pending: needs {case.meta['pending']}")
-    p = prepare(case, world)
-    report = verify_prepared(p)
-    assert report.status == "violation", report.reason
-    finding, meta = report.findings[0], case.meta
+    meta = case.meta
     want_ranks = list(range(world)) if meta["bug_ranks"] == "all" else list(meta["bug_ranks"])
-    assert (finding.op, finding.rank, finding.kind) == (meta["bug_op"], want_ranks, meta["bug"]), finding
-    assert finding.node == meta["bug_node"], finding
+    # cross_check: a violation must be backed by a numeric difference
+    report = assert_violation(case, world, at=(meta["bug_node"], meta["bug_op"], meta["bug_source"]), kind=meta["bug"],
+                              ranks=want_ranks, cross_check=True)
+    finding = report.findings[0]
+    assert (finding.node, finding.op) == (meta["bug_node"], meta["bug_op"]), finding
     assert finding.source and meta["bug_source"] in finding.source, finding.source
-    assert cross_check(p), "a violation must be backed by a numeric difference"
 
 
 def test_sgd_with_momentum_and_loss_scaling_verified():

@@ -11,7 +11,8 @@ from conftest import ZOO
 
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
 
-from shardproof.api import cross_check, prepare, run_zoo_case, verify_prepared  # noqa: E402
+from shardproof.api import prepare, run_zoo_case, verify_prepared  # noqa: E402
+from shardproof.testing import assert_verified, assert_violation  # noqa: E402
 from shardproof.zoo import catalogue, entry_name  # noqa: E402
 
 FAST_WORLDS = (2, 4)
@@ -33,11 +34,8 @@ def _cases(folder):
 
 @pytest.mark.parametrize("module,world", _cases(ZOO))
 def test_model_verified(module, world):
-    p = prepare(module.case(world), world)
-    report = verify_prepared(p)
-    assert report.status == "verified", (report.reason, [f.message for f in report.findings])
-    assert report.strength == "proof"
-    assert cross_check(p) == [], "proved equal but numerically different: an unsound rule"
+    """A proof, confirmed by execution, and numerically equal on random inputs."""
+    assert_verified(module.case(world), world, cross_check=True)
 
 
 BUGS = [c for c in _cases(os.path.join(ZOO, "bugs")) if "unknown_op" not in c.values[0].__name__]
@@ -48,16 +46,14 @@ def test_bug_found(module, world):
     case = module.case(world)
     if case.meta.get("pending"):
         pytest.skip(f"pending: needs {case.meta['pending']}")
-    p = prepare(case, world)
-    report = verify_prepared(p)
-    assert report.status == "violation", report.reason
-    finding = report.findings[0]
     meta = case.meta
     want_ranks = list(range(world)) if meta["bug_ranks"] == "all" else list(meta["bug_ranks"])
-    assert (finding.node, finding.op, finding.rank) == (meta["bug_node"], meta["bug_op"], want_ranks), finding
-    assert finding.kind == meta["bug"], finding
+    # cross_check: a violation must be backed by a numeric difference
+    report = assert_violation(case, world, at=(meta["bug_node"], meta["bug_op"]), kind=meta["bug"], ranks=want_ranks,
+                              cross_check=True)
+    finding = report.findings[0]
+    assert (finding.node, finding.op) == (meta["bug_node"], meta["bug_op"]), finding
     assert finding.source, "the finding must carry the user's source line"
-    assert cross_check(p), "a violation must be backed by a numeric difference"
 
 
 def test_unknown_op_is_unknown_not_verified():

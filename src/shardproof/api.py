@@ -538,6 +538,24 @@ def _graph_runs(p: Prepared, torch_exec, n: int):
         yield Execution(f"draw {i + 1}", s_in, s_out, d_in, d_out)
 
 
+def save_counterexample(report: Report, case_path, directory, world_size: int | None = None) -> str:
+    """Save inputs on which the case file's programs really differ when run (a violation's
+    counterexample: the data inputs and the single-device weights, as ``.npz``) and a
+    ``replay.py`` that runs the single-device program and the distributed one (gloo, one
+    process per rank, CPU) on them and prints the difference; returns the script's path.
+    Raises :class:`InputError` when the case is not a PyTorch case or no value set tried
+    makes the programs differ (:mod:`shardproof.frontends.torch_replay`)."""
+    from .testing import load_case
+    case = load_case(case_path, world_size or report.world_size)
+    if case.backend != "torch":
+        raise InputError(f"--save-counterexample replays PyTorch cases; {case_path} is a {case.backend} case")
+    from .frontends.torch_replay import NoDifference, save
+    try:
+        return save(case, os.fspath(case_path), report.world_size, report, os.fspath(directory), REDRAW_SEED)
+    except NoDifference as exc:
+        raise InputError(f"{case_path}: {exc}") from None
+
+
 def parameter_table(p: Prepared, report: Report) -> list[dict]:
     """Each parameter's relation, and the relation its gradient and updated value hold."""
     holds = {o.name: o.holds for o in report.outputs}

@@ -107,6 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--max-memory", metavar="SIZE",
                    help="peak memory (RSS) budget of the process, e.g. 2G or 512M: above it the verdict is unknown, "
                         "naming where it stopped")
+    v.add_argument("--save-counterexample", metavar="DIR",
+                   help="on a violation, save inputs on which the programs really differ (npz) and DIR/replay.py, "
+                        "which runs both programs on them (gloo, CPU) and prints the difference (case files only)")
     v.add_argument("--confirm-draws", metavar="N", type=int, default=None,
                    help="confirm a proof by running the programs on their own values and N fresh random draws "
                         "(default 2); verified needs the execution to agree")
@@ -289,11 +292,17 @@ def _verify(args) -> int:
 
     from .report.summary import render_summary, summary_json
     _check_form(args)
+    if args.save_counterexample and not args.case:
+        raise UsageError("--save-counterexample replays case files (a graph dump is never executed)")
+    if args.save_counterexample and os.path.exists(args.save_counterexample) and not os.path.isdir(args.save_counterexample):
+        raise UsageError(f"--save-counterexample {args.save_counterexample}: exists and is not a directory")
     for plugin in args.plugin:
         load_plugin(plugin)
     runs = _plan(args)
     if len(runs) > 1 and args.html:
         raise UsageError("--html draws one run: give one case file and one world size")
+    if len(runs) > 1 and args.save_counterexample:
+        raise UsageError("--save-counterexample saves one run's inputs: give one case file and one world size")
     to_stdout = args.json == "-"
     console = Console(stderr=to_stdout, quiet=args.quiet >= 2)
     if len(runs) == 1:
@@ -347,7 +356,25 @@ def _verify_one(args, path, n, module, console):
         _write(args.html, render_html(report))
         if not to_stdout and not args.quiet:
             console.print(f"HTML report: {args.html}", style="dim", highlight=False, soft_wrap=True)
+    if args.save_counterexample:
+        _save_counterexample(args, report, path, n, console, to_stdout or args.quiet)
     return report
+
+
+def _save_counterexample(args, report, path, n, console, quiet: bool) -> None:
+    """``--save-counterexample DIR``: a violation's inputs and DIR/replay.py."""
+    from .api import InputError, save_counterexample
+    if report.status != "violation":
+        if not quiet:
+            console.print(f"no counterexample to save: the verdict is {report.status}", style="dim")
+        return
+    try:
+        script = save_counterexample(report, path, args.save_counterexample, n)
+    except (InputError, OSError) as exc:  # the verdict stands (its exit code is kept); say why nothing was saved
+        print(f"shardproof: error: no counterexample saved: {exc}", file=sys.stderr)
+        return
+    if not quiet:
+        console.print(f"counterexample saved: python {script}", style="dim", highlight=False, soft_wrap=True)
 
 
 def _zoo(args) -> int:

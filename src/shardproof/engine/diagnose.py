@@ -71,6 +71,15 @@ def _fmt_index(sl) -> str:
     return "[" + ",".join(f"{s.start}:{s.stop}" if s.stop - s.start > 1 else f"{s.start}" for s in sl) + "]"
 
 
+def numbers(x) -> list | float:
+    """A counterexample's values as JSON numbers (nested lists of floats; integers where
+    the values are whole)."""
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.size and np.all(np.isfinite(arr)) and np.allclose(arr, np.round(arr)):
+        return np.round(arr).astype(np.int64).tolist()
+    return arr.tolist()
+
+
 def _fmt(x, precision: int = 4) -> str:
     arr = np.asarray(x, dtype=np.float64)
     if arr.size and np.all(np.isfinite(arr)) and np.allclose(arr, np.round(arr)):
@@ -367,13 +376,16 @@ def _evidence(want: np.ndarray, got: np.ndarray, s_in: dict, rank: int, tensor: 
     if finite.any() and np.allclose(q[finite], q[finite].flat[0]) and not np.isclose(q[finite].flat[0], 1):
         ratio = float(q[finite].flat[0])
     digits = next((d for d in (4, 8, 12) if _fmt(pair[0], d) != _fmt(pair[1], d)), 16)
+    inputs = list(s_in.items())[:6]
     cex = {
-        "inputs": {k: _fmt(v.reshape(-1)[:6]) + (" ..." if v.size > 6 else "") for k, v in list(s_in.items())[:6]},
+        "inputs": {k: numbers(np.asarray(v).reshape(-1)[:6]) for k, v in inputs},
         "tensor": tensor,
         "index": _fmt_index(sl),
-        "single_device": _fmt(pair[0], digits),
-        "distributed": _fmt(pair[1], digits),
+        "single_device": numbers(pair[0]),
+        "distributed": numbers(pair[1]),
         "rank": rank,
+        "display": {"inputs": {k: _fmt(v.reshape(-1)[:6]) + (" ..." if v.size > 6 else "") for k, v in inputs},
+                    "single_device": _fmt(pair[0], digits), "distributed": _fmt(pair[1], digits)},
         "text": f"single-device {tensor}{_fmt_index(sl)} = {_fmt(pair[0], digits)}; "
                 f"rank {rank}'s {holder} holds {_fmt(pair[1], digits)}",
     }

@@ -21,7 +21,7 @@ from ..ir.graph import DistributedProgram, Graph, Node
 from ..ops.registry import lookup, run_numerics
 from ..relations.infer import relation_by_value
 from ..relations.spec import Partial, Relation, held, layout_index
-from .diagnose import counterpart_of
+from .diagnose import counterpart_of, numbers
 from .lockstep import is_collective, resolve
 from .numeric import MAX_ELEMENTS
 
@@ -185,9 +185,13 @@ def _elementwise_misaligned(run, draw: _Draw, producer: Node, counterpart: Node,
         return None
     fmt = lambda v: np.array2string(np.asarray(v, dtype=np.float64).reshape(-1), precision=6)  # noqa: E731
     at = lambda idx: "[" + ",".join(map(str, idx)) + "]"  # noqa: E731
-    return {"index": at(s_idx), "rank": rank, "single_device": fmt(s_side[1]), "distributed": fmt(d_side[1]),
-            "inputs": {f"{y.name}{at(s_idx)} (single-device)": fmt(v) for y, v in s_side[0].items()}
-            | {f"{x.name}{at(d_idx)} (rank {rank})": fmt(v) for x, v in d_side[0].items()},
+    operands = [(f"{y.name}{at(s_idx)} (single-device)", v) for y, v in s_side[0].items()] \
+        + [(f"{x.name}{at(d_idx)} (rank {rank})", v) for x, v in d_side[0].items()]
+    flat = lambda v: numbers(np.asarray(v).reshape(-1))  # noqa: E731
+    return {"index": at(s_idx), "rank": rank, "single_device": flat(s_side[1]), "distributed": flat(d_side[1]),
+            "inputs": {k: flat(v) for k, v in operands},
+            "display": {"inputs": {k: fmt(v) for k, v in operands}, "single_device": fmt(s_side[1]),
+                        "distributed": fmt(d_side[1])},
             "text": f"rank {rank} {producer.name}{at(d_idx)} = {fmt(d_side[1])} combines its operands at positions "
                     f"that never meet on a single device (dim {bad}); single-device {counterpart.name}{at(s_idx)} "
                     f"= {fmt(s_side[1])}"}

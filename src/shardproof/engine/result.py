@@ -95,12 +95,19 @@ class Report:
     confirmation: Confirmation | None = None  # the proof run for real (a verified needs "confirmed")
     pairing: list[dict] = field(default_factory=list)  # dumps, --auto-relations: outputs paired / left out
 
+    def __repr__(self) -> str:  # short, so that a failed `assert report.status == ...` stays readable
+        first = self.findings[0] if self.findings else None
+        found = f", first finding {first.kind} at node {first.node} ({first.op}) on ranks {first.rank}" \
+            f"{' at ' + first.source if first.source else ''}" if first else ""
+        why = f", reason {self.reason[:200]!r}" if self.reason and not first else ""
+        return f"Report({self.status}, {self.name or 'case'} at world size {self.world_size}{found}{why})"
+
     @property
     def exit_code(self) -> int:
         return {"verified": 0, "violation": 1, "unknown": 2}[self.status]
 
     def to_json(self) -> dict:
-        d = asdict(replace(self, graphs=[]))
+        d = {"schema_version": SCHEMA_VERSION, **asdict(replace(self, graphs=[]))}
         del d["graphs"]
         d["outputs"] = [dict(asdict(o), ok=o.ok) for o in self.outputs]
         return d

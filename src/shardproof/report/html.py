@@ -48,7 +48,7 @@ def _finding_html(i: int, f: Finding, goto: str | None) -> str:
             + (f' &middot; <a href="#" data-goto="{goto}">show in graph</a>' if goto else "") + "</div>",
             f'<div><b>expected</b> {_esc(f.expected)} &nbsp; <b>actual</b> {_esc(f.actual)}</div>',
             f'<div>{_esc(f.message)}</div>']
-    cex = f.counterexample
+    cex = f.counterexample and {**f.counterexample, **(f.counterexample.get("display") or {})}  # as printed
     if cex:
         inputs = "; ".join(f"{k} = {v}" for k, v in (cex.get("inputs") or {}).items())
         rows.append('<div><b>counterexample</b>' + (f' (inputs: <code>{_esc(inputs)}</code>)' if inputs else "")

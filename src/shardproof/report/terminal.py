@@ -86,7 +86,7 @@ def _finding(i: int, f) -> Panel:
              Text.assemble(("expected: ", "bold"), f.expected, ("   actual: ", "bold"), f.actual),
              Text(f.message)]
     if f.counterexample:
-        cex = f.counterexample
+        cex = {**f.counterexample, **(f.counterexample.get("display") or {})}  # the values as printed
         lines.append(Text("counterexample:", style="bold"))
         if cex.get("inputs"):
             lines.append(Text("  inputs: " + "; ".join(f"{k} = {v}" for k, v in cex["inputs"].items()), style="dim"))
