@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, ZOO
+from conftest import ROOT, ZOO, validate_report_json
 from shardproof import __version__, cli
 from shardproof.api import confirm, prepare, verify_prepared
 from shardproof.engine.budget import BudgetExceeded, budget
@@ -29,6 +29,12 @@ def _own_sys_path(monkeypatch):
 TP_MLP = os.path.join(ZOO, "tp_mlp.py")
 MISSING = os.path.join(ZOO, "bugs", "missing_allreduce.py")
 ENV = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def _valid(data):
+    """Every JSON document the CLI writes (report, summary, error object) follows report.schema.json."""
+    validate_report_json(data)
+    return data
 
 
 def run_module(*args, env=None):
@@ -98,7 +104,7 @@ def test_internal_error_exit_4(tmp_path):
     assert "SHARDPROOF_DEBUG=1" in p.stderr
     p = run_module("verify", TP_MLP, "--plugin", plugin, "--json", "-", env={**ENV, "SHARDPROOF_DEBUG": "1"})
     assert p.returncode == 4 and "Traceback" in p.stderr and "please report" in p.stderr
-    assert json.loads(p.stdout) == {"schema_version": "1", "status": "error", "exit_code": 4,
+    assert _valid(json.loads(p.stdout)) == {"schema_version": "1", "status": "error", "exit_code": 4,
                                     "message": "internal error: RuntimeError: boom inside shardproof"}
 
 
@@ -115,7 +121,7 @@ def test_help_epilog_documents_exit_codes_and_conventions():
 def test_header_time_is_the_whole_run(tmp_path, capsys):
     out_json = tmp_path / "r.json"
     code, out, _ = main(capsys, "verify", TP_MLP, "--no-confirm", "--json", str(out_json))
-    stats = json.loads(out_json.read_text())["stats"]
+    stats = _valid(json.loads(out_json.read_text()))["stats"]
     assert stats["wall_seconds"] > stats["seconds"] > 0  # capture + proof > proof alone
     assert f"[{stats['wall_seconds']:.2f} s (proof {stats['seconds']:.2f} s)" in out
 
@@ -125,7 +131,7 @@ def test_header_time_is_the_whole_run(tmp_path, capsys):
 def test_timeout_gives_unknown_naming_the_stage(capsys, tmp_path):
     out_json = tmp_path / "r.json"
     code, out, err = main(capsys, "verify", TP_MLP, "--timeout", "0.001", "--json", str(out_json))
-    report = json.loads(out_json.read_text())
+    report = _valid(json.loads(out_json.read_text()))
     assert code == 2 and report["status"] == "unknown" and "Traceback" not in err
     assert report["reason"].startswith("stopped: the time budget (0.001 s, --timeout) ran out while capturing")
 
@@ -164,7 +170,7 @@ def test_directory_of_cases_summary_and_worst_exit(tmp_path, capsys):
     (cases / "helper.py").write_text("X = 1\n")  # no case(): not a case file
     out_json = tmp_path / "all.json"
     code, out, err = main(capsys, "verify", str(cases), "--no-confirm", "-q", "--json", str(out_json))
-    data = json.loads(out_json.read_text())
+    data = _valid(json.loads(out_json.read_text()))
     assert code == 1 and data["exit_code"] == 1, out + err  # violation (1) is worse than unknown (2)
     assert [(os.path.basename(r["case"]), r["status"]) for r in data["runs"]] == \
         [("missing_allreduce.py", "violation"), ("tp_mlp.py", "unknown")]
@@ -180,7 +186,7 @@ def test_directory_of_cases_summary_and_worst_exit(tmp_path, capsys):
 def test_world_size_sweep(tmp_path, capsys):
     out_json = tmp_path / "sweep.json"
     code, out, _ = main(capsys, "verify", TP_MLP, "-n", "2,4", "--no-confirm", "-q", "--json", str(out_json))
-    data = json.loads(out_json.read_text())
+    data = _valid(json.loads(out_json.read_text()))
     assert code == 2 and [(r["world_size"], r["status"]) for r in data["runs"]] == [(2, "unknown"), (4, "unknown")]
     code, _, err = main(capsys, "verify", TP_MLP, "-n", "2,4", "--html", str(tmp_path / "x.html"))
     assert code == 3 and "--html draws one run" in one_paragraph(err)
@@ -216,7 +222,7 @@ def test_world_size_bounded_without_declared_sizes(tmp_path, capsys):
 def test_world_size_one_says_nothing_about_sharding_was_proved(tmp_path, capsys):
     out_json = tmp_path / "one.json"
     code, out, _ = main(capsys, "verify", TP_MLP, "-n", "1", "--no-confirm", "--json", str(out_json))
-    report = json.loads(out_json.read_text())
+    report = _valid(json.loads(out_json.read_text()))
     assert report["world_size"] == 1 and report["reason"].startswith("world size 1: ")
     assert "nothing about sharding or communication was proved" in " ".join(out.split())
 
@@ -243,7 +249,7 @@ def test_unwritable_output_exit_3_before_any_work(tmp_path, capsys, option):
 def test_json_stdout_error_object_on_exit_3(capsys):
     code, out, err = main(capsys, "verify", TP_MLP, "-n", "0", "--json", "-")
     assert code == 3 and "must be at least 1" in err
-    obj = json.loads(out)
+    obj = _valid(json.loads(out))
     assert obj["status"] == "error" and obj["exit_code"] == 3 and obj["schema_version"] == "1"
     assert obj["message"].startswith("--world-size 0: ")
 
@@ -327,6 +333,6 @@ def test_stated_relation_contradicted_by_values(tmp_path, capsys):
 def test_no_fix_flag_turns_the_fix_search_off(capsys):
     """By default a violation carries its proved fix; `--no-fix` skips the search."""
     code, out, _ = main(capsys, "verify", MISSING, "--json", "-")
-    assert code == 1 and json.loads(out)["findings"][0]["fix"].startswith("insert `all_reduce(sum)`")
+    assert code == 1 and _valid(json.loads(out))["findings"][0]["fix"].startswith("insert `all_reduce(sum)`")
     code, out, _ = main(capsys, "verify", MISSING, "--json", "-", "--no-fix")
-    assert code == 1 and json.loads(out)["findings"][0]["fix"] is None
+    assert code == 1 and _valid(json.loads(out))["findings"][0]["fix"] is None
