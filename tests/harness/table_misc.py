@@ -137,3 +137,8 @@ def mse_loss(draw, op):
     a = tensor(draw, dts=(F64,))
     b = tensor(draw, a.shape, dts=(F64,))
     return Draw(op, {"a": a, "b": b}, (T("a"), T("b"), draw(st.sampled_from([0, 1, 2]))))
+
+
+@entry(A + "clamp_min", A + "clamp_max")
+def clamp_side(draw, op):
+    return Draw(op, {"x": tensor(draw, dts=NUMERIC)}, (T("x"), draw(st.sampled_from([-1, 0, 2]))))

@@ -150,6 +150,8 @@ def _softplus_np(x, beta=1, threshold=20):
 
 
 elementwise_op(T + "softplus", torch_kernel("softplus", _softplus_np), doc="log(1 + exp(beta x)) / beta")
+elementwise_op(T + "clamp_min", torch_kernel("clamp_min", lambda x, lo: np.maximum(x, lo)), doc="max(x, lo)")
+elementwise_op(T + "clamp_max", torch_kernel("clamp_max", lambda x, hi: np.minimum(x, hi)), doc="min(x, hi)")
 
 
 # ------------------------------------------------------------------ random ops: same randomness convention
@@ -166,7 +168,13 @@ def _bernoulli_num(x, p=None, generator=None):
 
 
 def _bernoulli_rule(ctx: RuleCtx, x: Val, p=None, generator=None):
-    return compute.elementwise(ctx.terms, "bernoulli", (freeze(p),), [x])
+    """Draws with probability x: elementwise in x. With a probability p, x's values are not
+    read (dropout draws into ``empty_like``): the draws are keyed by position in x's term
+    and by the node's name (the k-th draw of each program corresponds), nothing else."""
+    if p is None:
+        return compute.elementwise(ctx.terms, "bernoulli", (), [x])
+    name = getattr(ctx.node, "name", None)
+    return Val(ctx.terms.make("bernoulli_p", (freeze(p), name), (), ctx.terms.shape(x.t)), x.vecs)
 
 
 declare(T + "bernoulli", numerics=_bernoulli_num, rule=_bernoulli_rule, assumes=SAME_RANDOMNESS,
