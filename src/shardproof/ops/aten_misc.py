@@ -55,6 +55,7 @@ def torch_kernel(name: str, fallback=None, drop=("dtype",)):
             out = getattr(torch.ops.aten, name)(*[_to_torch(a) for a in args],
                                                  **{k: _to_torch(v) for k, v in kwargs.items()})
         return _to_numpy(out)
+    numerics.source = f"torch aten.{name}"
     return numerics
 
 
