@@ -7,7 +7,11 @@ from .registry import REGISTRY, load_builtin
 
 # core-ATen ops covered by a decomposition into ruled ops rather than a rule of their own:
 # op -> what it decomposes into (documented here so the coverage test counts it)
-DECOMPOSED: dict[str, str] = {}
+# (the capture applies torch's table to every op without a rule: frontends/torch_decomp.py)
+DECOMPOSED: dict[str, str] = {
+    "aten.select_scatter": "arange, eq, unsqueeze, expand, view and where (torch._decomp)",
+    "aten.upsample_nearest2d": "arange, mul, add, _to_copy, unsqueeze and index (torch._decomp)",
+}
 
 
 def _family(opdef) -> str:
@@ -38,7 +42,10 @@ def core_aten_ops() -> list[str] | None:
     except ImportError:
         return None
     names = set()
-    for name in dir(torch.ops.aten):
+    # every registered schema (``dir(torch.ops.aten)`` lists only the packets loaded so far)
+    packets = {n.split("::", 1)[1].split(".", 1)[0] for n in torch._C._dispatch_get_all_op_names()
+               if n.startswith("aten::")}
+    for name in packets:
         try:
             packet = getattr(torch.ops.aten, name)
             overloads = packet.overloads()
