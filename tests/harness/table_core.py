@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from .core import Draw, T
 from .draws import BOOL, F32, F64, FLOATS, I64, NUMERIC, tensor
 from .table import A, entry
+from .table_misc import _distinct
 from .table_views import _ids
 
 KINDS = {"acos": "unit", "asin": "unit", "atanh": "unit", "acosh": "positive", "asinh": "any", "atan": "any",
@@ -49,8 +50,7 @@ def any_(draw, op):
 
 @entry(A + "sort")
 def sort(draw, op):
-    x = tensor(draw, dts=(F64, F32), views=False)
-    x = x + torch.arange(x.numel()).reshape(x.shape).to(x.dtype) * 1e-3  # distinct: unique indices
+    x = _distinct(tensor(draw, dts=(F64, F32), views=False))
     return Draw(op, {"x": x}, (T("x"), draw(st.integers(-x.dim(), x.dim() - 1)), draw(st.booleans())))
 
 
