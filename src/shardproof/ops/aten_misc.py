@@ -9,6 +9,7 @@ import numpy as np
 
 from ..algebra import compute, layout
 from ..algebra.layout import Val, same_vec
+from ..algebra.ranks import LINEARITY
 from ..algebra.terms import freeze
 from .common import as_float, elementwise_op
 from .registry import RuleCtx, declare
@@ -96,6 +97,10 @@ declare(T + "cumsum", numerics=torch_kernel("cumsum", lambda x, dim, **k: np.cum
         doc="running sum along a dim (over a sharded dim: unknown, the offset of earlier shards is not added)")
 declare(T + "flip", numerics=torch_kernel("flip", lambda x, dims: np.flip(x, axis=tuple(dims))),
         rule=lambda ctx, x, dims: along(ctx, "flip", (), x, _dims_list(dims)), doc="reverse along dims")
+
+
+# running sums, flips and rolls are linear: rank-partial sums pass through them
+LINEARITY.update({"cumsum": "all", "flip": "all", "roll": "all", "roll_flat": "all"})
 
 
 def _roll_rule(ctx: RuleCtx, x: Val, shifts, dims=()):

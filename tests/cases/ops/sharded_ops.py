@@ -69,6 +69,9 @@ ALONG = {
 }
 
 
+LINEAR = {"cumsum": lambda h: h.cumsum(1), "flip": lambda h: h.flip([0, 1]), "roll": lambda h: h.roll(2, 1)}
+
+
 def _variants():
     v = {}
     for name, f in ON_PRODUCT.items():
@@ -86,6 +89,10 @@ def _variants():
                                lambda a, b, w, s, s0: G(a).index_add(0, IDX0, s0), "Replicate()", False)
     v["index_add_local"] = (lambda a, b, w, s, s0: a.index_add(0, IDX0, s0),
                             lambda a, b, w, s, s0: G(a.index_add(0, IDX0, s0)), "Replicate()", True)
+    # linear ops commute with the all_reduce: applied to the partial product, still correct
+    for name, f in LINEAR.items():
+        v[f"{name}_before_reduce_linear"] = (lambda a, b, w, s, s0, f=f: f(b @ w),
+                                             lambda a, b, w, s, s0, f=f: R(f(b @ w)), "Replicate()", False)
     # a scan with a carry: the local running sum plus the totals of the ranks before (correct;
     # the relations have no lemma for the carry yet: honestly unknown, never a violation)
     v["cumsum_with_carry"] = (lambda a, b, w, s, s0: a.cumsum(0), lambda a, b, w, s, s0: G(_carried_cumsum(a)),
