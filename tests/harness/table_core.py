@@ -80,3 +80,8 @@ def pad(draw, op):
     x = tensor(draw, [draw(st.integers(1, 3)) for _ in range(lead)] + [draw(st.integers(3, 4)) for _ in range(n)],
                dts=(F64, F32))
     return Draw(op, {"x": x}, (T("x"), [draw(st.integers(0, 2)) for _ in range(2 * n)]))
+
+
+@entry(A + "nonzero")
+def nonzero(draw, op):
+    return Draw(op, {"x": tensor(draw, dts=(F64, I64, BOOL))}, (T("x"),))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algebra import compute
+from ..algebra import compute, layout
 from ..algebra.layout import Val
 from ..algebra.terms import freeze
 from .aten_misc import along, torch_kernel
@@ -71,3 +71,17 @@ for _kind in ("reflection", "replication"):
     for _n in (1, 2, 3):
         declare(f"{T}{_kind}_pad{_n}d", numerics=torch_kernel(f"{_kind}_pad{_n}d"),
                 rule=_pad_rule(f"{_kind}_pad", _n), doc=f"{_kind} padding of the last {_n} dims")
+
+
+def _whole_rule(op):
+    """Ops whose output shape depends on every element (data-dependent sizes): the term of
+    the whole input, of the size this run gives."""
+    def rule(ctx: RuleCtx, x: Val, *args, **kwargs):
+        whole = layout.materialize(ctx.terms, x)
+        shape = ctx.out_shapes()[0]
+        return Val(ctx.terms.make(op, template(args, kwargs), (whole.t,), shape), (None,) * len(shape))
+    return rule
+
+
+declare(T + "nonzero", numerics=torch_kernel("nonzero"), rule=_whole_rule("nonzero"),
+        doc="indices of the nonzero elements (a data-dependent size: needs the whole input)")

@@ -89,6 +89,11 @@ def _variants():
                                lambda a, b, w, s, s0: G(a).index_add(0, IDX0, s0), "Replicate()", False)
     v["index_add_local"] = (lambda a, b, w, s, s0: a.index_add(0, IDX0, s0),
                             lambda a, b, w, s, s0: G(a.index_add(0, IDX0, s0)), "Replicate()", True)
+    # a data-dependent size: the indices of the positive elements need the whole tensor
+    v["nonzero_gathered"] = (lambda a, b, w, s, s0: torch.nonzero(a > 0), lambda a, b, w, s, s0: torch.nonzero(G(a) > 0),
+                             "Replicate()", False)
+    v["nonzero_local"] = (lambda a, b, w, s, s0: torch.nonzero(a > 0), lambda a, b, w, s, s0: torch.nonzero(a > 0),
+                          "Replicate()", True)
     # linear ops commute with the all_reduce: applied to the partial product, still correct
     for name, f in LINEAR.items():
         v[f"{name}_before_reduce_linear"] = (lambda a, b, w, s, s0, f=f: f(b @ w),
