@@ -142,3 +142,12 @@ def mse_loss(draw, op):
 @entry(A + "clamp_min", A + "clamp_max")
 def clamp_side(draw, op):
     return Draw(op, {"x": tensor(draw, dts=NUMERIC)}, (T("x"), draw(st.sampled_from([-1, 0, 2]))))
+
+
+@entry(A + "rand", A + "randn", A + "randperm")
+def random_creation(draw, op):
+    """Random draws: the harness compares shapes only (torch's values are random)."""
+    if op.endswith("randperm"):
+        return Draw(op, {}, (draw(st.integers(0, 6)),), values=False)
+    size = draw(st.lists(st.integers(0, 4), min_size=1, max_size=3))
+    return Draw(op, {}, (size,), {"dtype": draw(st.sampled_from([torch.float32, torch.float64]))}, values=False)

@@ -211,3 +211,29 @@ declare(T + "native_dropout", numerics=_dropout_num, rule=_dropout_rule, assumes
 declare(T + "dropout", numerics=lambda x, p, train=True: _dropout_num(x, p, train)[0],
         rule=lambda ctx, x, p, train=True: _dropout_rule(ctx, x, p, train)[0], assumes=SAME_RANDOMNESS,
         doc="dropout, same-mask convention")
+
+
+def _random_rule(op: str):
+    """Random creation (rand, randn, randperm): under the same-randomness convention the draws
+    are keyed by position in a tensor of the requested size and by the node's name (the k-th
+    draw of each program corresponds); a draw of another size is another term."""
+    def rule(ctx: RuleCtx, *args, **kwargs):
+        shape = ctx.out_shapes()[0]
+        attrs = (getattr(ctx.node, "name", None), freeze(kwargs.get("dtype")))
+        return Val(ctx.terms.make(op, attrs, (), shape), (None,) * len(shape))
+    return rule
+
+
+def _random_num(kind: str):
+    """Reference draws keyed by position (both programs agree); not torch's stream."""
+    def numerics(size, *a, **k):
+        if kind == "randperm":
+            return np.argsort(_uniform((int(size),)) + np.arange(int(size)) * 1e-9, kind="stable")
+        u = _uniform(tuple(size))
+        return u if kind == "rand" else (u - 0.5) * np.sqrt(12.0)
+    return numerics
+
+
+for _name in ("rand", "randn", "randperm"):
+    declare(T + _name, numerics=_random_num(_name), rule=_random_rule(_name), assumes=SAME_RANDOMNESS,
+            doc=f"{_name}, same-randomness convention (draws keyed by position and by the k-th draw)")

@@ -53,6 +53,7 @@ ON_PRODUCT = {
     "mse_loss": lambda h: F.mse_loss(h, torch.ones_like(h)),
     "bernoulli": _seeded(lambda h: torch.bernoulli(torch.sigmoid(h))),
     "dropout": _seeded(lambda h: F.dropout(F.gelu(h), 0.5, training=True)),
+    "randn": _seeded(lambda h: h + torch.randn(h.shape)),
     # no rule of their own: torch's decompositions at capture (addcmul, lerp, hardswish)
     "addcmul": lambda h: torch.addcmul(h, h, h.tanh(), value=0.5),
     "lerp": lambda h: torch.lerp(h.sin(), h, 0.3),
@@ -119,12 +120,12 @@ BUGGY = {k for k, v in VARIANTS.items() if v[3]}
 # the norm inside F.normalize)
 _FIRST_NONLINEAR = {"bernoulli": "aten.sigmoid", "dropout": "aten.gelu", "normalize": "aten.linalg_vector_norm",
                     "vector_norm": "aten.linalg_vector_norm", "pad": "aten.constant_pad_nd",
-                    "addcmul": "aten.tanh", "lerp": "aten.sin", "hardswish": "aten.add"}
+                    "addcmul": "aten.tanh", "randn": "aten.add", "lerp": "aten.sin", "hardswish": "aten.add"}
 DECOMPOSED = {"addcmul", "lerp", "hardswish"}  # captured through torch's decompositions
 BUG_OPS = {v: _FIRST_NONLINEAR.get(v.rsplit("_", 2)[0] if v.endswith("_reduce") else v.rsplit("_", 1)[0],
                                     "aten." + (v.rsplit("_", 2)[0] if v.endswith("_reduce") else v.rsplit("_", 1)[0]))
            for v in BUGGY}
-RANDOM = {v for v in VARIANTS if v.startswith(("bernoulli", "dropout"))}
+RANDOM = {v for v in VARIANTS if v.startswith(("bernoulli", "dropout", "randn"))}
 
 
 def _shard(rank, world, inputs):
