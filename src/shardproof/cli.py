@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 
+from . import cli_ops
 from .cli_args import (WORLD_ONE_NOTE, UsageError, case_files, check_case, check_output_path, check_timeout,
                        check_world_size, memory_size, world_sizes)
 from .engine.budget import stage as budget_stage
@@ -141,6 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--operator", action="append", default=[], metavar="NAME",
                    help="only this mutation operator (repeatable); default: all")
     m.add_argument("--json", metavar="FILE", help="also write every mutant's outcome as JSON ('-' for stdout only)")
+    cli_ops.add_parser(sub)
     return p
 
 
@@ -481,6 +483,8 @@ def main(argv=None) -> int:
             return _mutants(args)
         if args.command == "zoo":
             return _zoo(args)
+        if args.command == "ops":
+            return cli_ops.run(args, load_plugin)
     except UsageError as exc:
         _say_error(str(exc))
         _error_object(args, str(exc), EXIT_INPUT)

@@ -24,6 +24,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..ir.graph import Graph, Node, Source, TensorType
 from .torch_collectives import COLLECTIVE_PREFIXES, DEFECTS_META, functional_collectives
 from .torch_libraries import library_tracing
+from .torch_decomp import capture_decompositions
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ZOO_DIR = os.path.join(_PKG_DIR, "zoo")  # the bundled case files are user code
@@ -259,7 +260,7 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
     try:
         with functional_collectives(), user_stack_traces(), library_tracing():
             gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
-                         record_stack_traces=True)(*inputs.values())
+                         decomposition_table=capture_decompositions(), record_stack_traces=True)(*inputs.values())
     except Exception as exc:
         raise trace_failure(f"tracing {label or 'the program'}", exc) from exc
     return from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))

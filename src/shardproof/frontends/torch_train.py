@@ -27,6 +27,7 @@ from .torch_capture import (CaptureError, as_dtensor, dtensor_specs, fake_world,
                             innermost_user_frame, local_tensor, storage_layouts, trace_failure, user_stack_traces)
 from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
 from .torch_libraries import library_tracing
+from .torch_decomp import capture_decompositions
 
 STATE_SEP = ":"
 
@@ -212,7 +213,7 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
         with functional_collectives(), user_stack_traces(), fx_traceback.preserve_node_meta(), ForwardLines(), \
                 library_tracing(), fsdp_tracing() if fsdp else contextlib.nullcontext():
             gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
-                         record_stack_traces=True)(*inputs.values())
+                         decomposition_table=capture_decompositions(), record_stack_traces=True)(*inputs.values())
     except CaptureError:
         raise
     except Exception as exc:

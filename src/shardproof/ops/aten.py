@@ -154,28 +154,7 @@ elementwise_op(T + "clamp", lambda x, lo=None, hi=None: np.clip(x, lo, hi))
 LINEARITY["where"] = "none"
 
 
-def _dropout_rule(ctx: RuleCtx, x: Val, p, train=True):
-    """Same-mask convention: the mask is a function of the element's position in the
-    single-device tensor, so dropout commutes with any selection."""
-    if not train or p == 0:
-        return (x, compute.elementwise(ctx.terms, "ones_mask", (), [x]))
-    out = compute.elementwise(ctx.terms, "dropout", (freeze(p),), [x])
-    mask = compute.elementwise(ctx.terms, "dropout_mask", (freeze(p),), [x])
-    return (out, mask)
-
-
-def _dropout_num(x, p, train=True):
-    """Reference numerics use a deterministic position-keyed mask so both programs agree."""
-    x = as_float(x)
-    if not train or p == 0:
-        return x, np.ones(x.shape, bool)
-    keep = ((np.arange(x.size).reshape(x.shape) * 2654435761) % 1000) >= p * 1000
-    return np.where(keep, x / (1 - p), 0.0), keep
-
-
-declare(T + "native_dropout", numerics=_dropout_num, rule=_dropout_rule, doc="dropout, same-mask convention")
-declare(T + "dropout", numerics=lambda x, p, train=True: _dropout_num(x, p, train)[0],
-        rule=lambda ctx, x, p, train=True: _dropout_rule(ctx, x, p, train)[0], doc="dropout, same-mask convention")
+# dropout and bernoulli: ops/aten_misc.py
 
 identity_op((T + "clone", T + "contiguous", T + "alias", T + "detach", T + "lift_fresh_copy",
              T + "_assert_tensor_metadata"),

@@ -102,5 +102,5 @@ def load_builtin() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from . import aten, casts, collectives, frameworks, fsdp, strided, xla  # noqa: F401  (declarations register themselves)
+        from . import aten, aten_core, aten_misc, aten_reductions, casts, collectives, frameworks, fsdp, strided, xla  # noqa: F401  (declarations register themselves)
         from ..algebra import lemmas, masks  # noqa: F401  (pattern lemmas register themselves)

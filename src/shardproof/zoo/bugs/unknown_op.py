@@ -1,7 +1,10 @@
-"""Not a bug but a gap: the distributed program uses an op the engine has no rule for
-(a cumulative sum), so the verdict must be `unknown`, naming that op — never `verified`."""
+"""Not a bug but a gap: the distributed program uses an op the engine has no rule for (group
+norm's ``native_group_norm``, a core-ATen op torch does not decompose), so the verdict must be
+`unknown`, naming that op — never `verified`. (This case used a cumulative sum until
+``aten.cumsum`` got a rule.)"""
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 from shardproof import Case
 
@@ -10,16 +13,16 @@ WORLD_SIZES = (2,)
 
 class Running(nn.Module):
     def forward(self, x):
-        return torch.cumsum(x, dim=1) * 2
+        return F.group_norm(x, 2) * 2
 
 
 class ParallelRunning(nn.Module):
     def forward(self, x):
-        return torch.cumsum(x * 2, dim=1)
+        return 2 * F.group_norm(x, 2)
 
 
 def case(world_size: int = 2) -> Case:
     torch.manual_seed(0)
     return Case(single=Running(), distributed=lambda rank, world: ParallelRunning(),
                 inputs={"x": torch.randn(4, 8)}, world_size=world_size, name="unknown_op",
-                meta={"source": "coverage gap", "unknown_op": "aten.cumsum"})
+                meta={"source": "coverage gap", "unknown_op": "aten.native_group_norm"})

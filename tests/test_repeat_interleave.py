@@ -1,0 +1,38 @@
+"""Regression (issue 15): ``x.repeat_interleave(2, dim=0)`` crashed the localization with an
+IndexError in ``verify.py:positions_in`` (an op's output compared with its input, another
+term of another rank)."""
+import numpy as np
+import torch
+
+from shardproof import Case
+from shardproof.algebra.layout import Val
+from shardproof.algebra.terms import TermStore
+from shardproof.api import verify_case
+from shardproof.engine.verify import positions_in
+
+
+def _case(dim_dist: int) -> Case:
+    single = lambda x: {"out": x.repeat_interleave(2, dim=0)}
+    dist = lambda x: {"out": x.repeat_interleave(2, dim=dim_dist)}
+    return Case(single=single, distributed=lambda rank, world: dist, inputs={"x": torch.randn(4, 3)},
+                world_size=2, name="repeat_interleave", expect={"out": "Replicate()"})
+
+
+def test_positions_in_another_term_is_none():
+    terms = TermStore()
+    a = terms.make("input", ("a",), (), (4, 3))
+    b = terms.make("input", ("b",), (), (8,))
+    assert positions_in(terms, Val(a, (None, None)), Val(b, (None,))) is None
+    assert positions_in(terms, Val(a, (None, None)), Val(a, (np.array([1, 2]), None)))[0].tolist() == [1, 2]
+
+
+def test_repeat_interleave_alone_does_not_crash():
+    report = verify_case(_case(0))
+    assert report.status in ("verified", "unknown")
+    if report.status == "unknown":
+        assert "aten." in report.reason  # the op where relations stop is named
+
+
+def test_repeat_interleave_along_another_dim_is_not_verified():
+    report = verify_case(_case(1))
+    assert report.status != "verified"
