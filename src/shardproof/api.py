@@ -165,16 +165,27 @@ def training_renames(names, bindings: dict) -> dict:
 def training_expectations(seq: Graph, dist: DistributedProgram, bindings: dict) -> tuple[DistributedProgram, dict]:
     """A parameter's gradient and updated value are expected to relate to the single-device
     ones as the parameter does. Distributed outputs are renamed after the single-device
-    parameter they belong to (``grad:<dist param>`` -> ``grad:<single param>``)."""
+    parameter they belong to (``grad:<dist param>`` -> ``grad:<single param>``). One the
+    step returns as a DTensor is expected as its placements state instead (DTensor gives a
+    norm weight's gradient as Partial("sum")), whatever its parameter's placement."""
     expect, renamed = {}, training_renames(dist.graphs[0].outputs, bindings)
+    stated = dist.graphs[0].stated
     for name, seq_name in renamed.items():
         b = bindings[name.split(":", 1)[1]]
         if seq_name not in seq.outputs:
             raise RelationError(f"the distributed step returns {name}, but the single-device parameter it relates to "
                                 f"({b.seq_name}) has no {name.split(':', 1)[0]} output")
-        expect[seq_name] = b.relation
-    graphs = [replace(g, outputs={renamed.get(k, k): v for k, v in g.outputs.items()}) for g in dist.graphs]
+        expect[seq_name] = stated.get(name, b.relation)
+    graphs = [replace(g, outputs={renamed.get(k, k): v for k, v in g.outputs.items()},
+                      stated={renamed.get(k, k): v for k, v in g.stated.items()}) for g in dist.graphs]
     return DistributedProgram(graphs), expect
+
+
+def stated_expectations(dist: DistributedProgram) -> dict:
+    """Outputs every rank returns as a DTensor with the same placements: the relation
+    those placements state (see ``frontends/torch_placements.py``)."""
+    first = dist.graphs[0].stated
+    return {n: rel for n, rel in first.items() if all(g.stated.get(n) == rel for g in dist.graphs[1:])}
 
 
 @dataclass
@@ -218,6 +229,7 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
     if case.train is not None:
         dist, expected = training_expectations(seq, dist, bindings)
         expect = {**expected, **_expand_globs(expect, list(seq.outputs))}
+    expect = {**{n: r for n, r in stated_expectations(dist).items() if n in seq.outputs}, **expect}
     for name in expect:
         if name not in seq.outputs:
             raise RelationError(f"the expectation names output {name!r}, but the single-device program's outputs "

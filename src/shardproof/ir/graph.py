@@ -102,6 +102,9 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     outputs: dict[str, Node] = field(default_factory=dict)
     label: str = ""
+    # output name -> the relation the program itself states for it (a returned DTensor's
+    # placements): that output is judged by it
+    stated: dict = field(default_factory=dict)
 
     @property
     def inputs(self) -> list[Node]:
