@@ -175,10 +175,20 @@ def training_expectations(seq: Graph, dist: DistributedProgram, bindings: dict) 
         if seq_name not in seq.outputs:
             raise RelationError(f"the distributed step returns {name}, but the single-device parameter it relates to "
                                 f"({b.seq_name}) has no {name.split(':', 1)[0]} output")
-        expect[seq_name] = stated.get(name, b.relation)
+        expect[seq_name] = _as_stated(stated.get(name), b, dist.graphs[0].stated_inputs.get(b.name))
     graphs = [replace(g, outputs={renamed.get(k, k): v for k, v in g.outputs.items()},
                       stated={renamed.get(k, k): v for k, v in g.stated.items()}) for g in dist.graphs]
     return DistributedProgram(graphs), expect
+
+
+def _as_stated(returned, binding, param_stated):
+    """A returned DTensor's relation where its parameter's DTensor is the single-device
+    parameter itself (the binding is what the parameter's placements state), else the
+    binding: placements relate a DTensor to its own full value, and a parameter held
+    permuted (fused QKV interleaved) has another full value than the single-device one."""
+    if returned is None or param_stated is None or param_stated != binding.relation:
+        return binding.relation
+    return returned
 
 
 def stated_expectations(dist: DistributedProgram) -> dict:

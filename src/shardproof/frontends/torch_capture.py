@@ -24,7 +24,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..ir.graph import Graph, Node, Source, TensorType
 from .torch_collectives import COLLECTIVE_PREFIXES, DEFECTS_META, functional_collectives
 from .torch_libraries import library_tracing
-from .torch_placements import stated_relations
+from .torch_placements import placement_specs, stated_relations
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ZOO_DIR = os.path.join(_PKG_DIR, "zoo")  # the bundled case files are user code
@@ -256,7 +256,7 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
     def flat_fn(*flat):
         outs = _flatten_outputs(fn(*flat))
         output_names[:] = list(outs)
-        stated.update(stated_relations(outs))
+        stated.update(placement_specs(outs))
         return [local_tensor(o) for o in outs.values()]
 
     try:
@@ -266,7 +266,7 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
     except Exception as exc:
         raise trace_failure(f"tracing {label or 'the program'}", exc) from exc
     graph = from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
-    graph.stated = stated
+    graph.stated = stated_relations(stated)
     return graph
 
 

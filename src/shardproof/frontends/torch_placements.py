@@ -6,7 +6,7 @@ along d, DTensor's own uneven-shard rule), or None where no relation says it exa
 outputs are then judged as before, never by a guessed relation."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from ..relations.spec import Mesh, Partial, Relation, Replicate, Shard
 
@@ -25,13 +25,17 @@ def _one(p) -> Optional[Relation]:
     return None
 
 
-def stated_relation(t: Any) -> Optional[Relation]:
-    """The relation a DTensor's placements state between its local tensor and its full
-    value (None: not a DTensor, or placements no relation states exactly)."""
-    placements = getattr(t, "placements", None)
-    mesh = getattr(t, "device_mesh", None)
-    if placements is None or mesh is None or not hasattr(t, "to_local"):
-        return None
+def placement_specs(outputs: dict) -> dict:
+    """Output name -> (device mesh, placements), for the outputs that are DTensors; read
+    while tracing, turned into relations after it (:func:`stated_relations`), since the
+    mesh's rank tensor must not be traced."""
+    return {name: (v.device_mesh, tuple(v.placements)) for name, v in outputs.items()
+            if hasattr(v, "to_local") and hasattr(v, "placements") and hasattr(v, "device_mesh")}
+
+
+def stated_relation(mesh, placements) -> Optional[Relation]:
+    """The relation a DTensor's placements on `mesh` state between its local tensor and
+    its full value (None: placements no relation states exactly)."""
     import torch.distributed as dist
     ranks = mesh.mesh.flatten().tolist()
     if not dist.is_initialized() or ranks != list(range(dist.get_world_size())):
@@ -49,11 +53,11 @@ def stated_relation(t: Any) -> Optional[Relation]:
     return Mesh(tuple(int(s) for s in mesh.shape), tuple(rels))
 
 
-def stated_relations(outputs: dict) -> dict:
-    """Output name -> the relation its DTensor's placements state, for returned DTensors."""
+def stated_relations(specs: dict) -> dict:
+    """Output name -> the relation its DTensor's placements state (from :func:`placement_specs`)."""
     out = {}
-    for name, value in outputs.items():
-        rel = stated_relation(value)
+    for name, (mesh, placements) in specs.items():
+        rel = stated_relation(mesh, placements)
         if rel is not None:
             out[name] = rel
     return out

@@ -23,7 +23,7 @@ import torch.fx.traceback as fx_traceback
 
 from ..case import SGD, AdamW, Train
 from ..ir.graph import Graph
-from .torch_placements import stated_relations
+from .torch_placements import placement_specs, stated_relations
 from .torch_capture import (CaptureError, as_dtensor, dtensor_specs, fake_world, from_fx, functional_collectives,
                             innermost_user_frame, local_tensor, storage_layouts, trace_failure, user_stack_traces)
 from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
@@ -208,7 +208,7 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
             with _reparametrize_module(program, swapped):
                 outs = _flatten(step(program, batch, state, train), params)
         output_names[:] = list(outs)
-        stated.update(stated_relations(outs))
+        stated.update(placement_specs(outs))
         return [local_tensor(o).detach() if isinstance(o, torch.Tensor) else o for o in outs.values()]
 
     try:
@@ -221,7 +221,8 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
     except Exception as exc:
         raise trace_failure(f"tracing the training step of {label}", exc) from exc
     graph = from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
-    graph.stated = stated
+    graph.stated = stated_relations(stated)
+    graph.stated_inputs = stated_relations({n: spec[:2] for n, spec in specs.items()})
     return graph, inputs
 
 

@@ -103,8 +103,9 @@ class Graph:
     outputs: dict[str, Node] = field(default_factory=dict)
     label: str = ""
     # output name -> the relation the program itself states for it (a returned DTensor's
-    # placements): that output is judged by it
+    # placements); input name -> the one a DTensor parameter's placements state
     stated: dict = field(default_factory=dict)
+    stated_inputs: dict = field(default_factory=dict)
 
     @property
     def inputs(self) -> list[Node]:
