@@ -133,6 +133,8 @@ def test_returned_placements_verified(labels):
     assert report.status == "verified", (report.reason, [f.message for f in report.findings])
     rows = {r["parameter"].split(" (of ")[-1].rstrip(")"): r for r in report.parameters}
     assert rows["embed.weight"]["relation"] == "Shard(0)" and rows["embed.weight"]["gradient"] == "Replicate()"
+    assert rows["embed.weight"].get("stated") == ["grad"] and rows["norm.weight"].get("stated") == ["grad"]
+    assert "stated" not in rows["w1.weight"]  # returned as its parameter is laid out
 
 
 def test_local_values_not_fitting_placements_violation(labels):

@@ -210,6 +210,7 @@ class Prepared:
     name: str = ""
     gradients: frozenset = frozenset()  # training: outputs that are gradients or updated parameters
     case: Optional[Case] = None  # a live case, run for real to confirm a proof (dumps: None)
+    stated: frozenset = frozenset()  # outputs expected as the returned DTensor's placements state
 
 
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
@@ -239,14 +240,15 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
     if case.train is not None:
         dist, expected = training_expectations(seq, dist, bindings)
         expect = {**expected, **_expand_globs(expect, list(seq.outputs))}
-    expect = {**{n: r for n, r in stated_expectations(dist).items() if n in seq.outputs}, **expect}
+    stated = {n: r for n, r in stated_expectations(dist).items() if n in seq.outputs}
+    expect = {**stated, **expect}
     for name in expect:
         if name not in seq.outputs:
             raise RelationError(f"the expectation names output {name!r}, but the single-device program's outputs "
                                 f"are: {', '.join(seq.outputs)}")
     gradients = frozenset(n for n in seq.outputs if n.startswith(GRADIENT_OUTPUTS)) if case.train else frozenset()
     return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values) | _optimizer_state(case, seq_values),
-                    case.name, gradients, case)
+                    case.name, gradients, case, frozenset(n for n, r in stated.items() if expect[n] == r))
 
 
 def _optimizer_state(case: Case, values: dict) -> dict:
@@ -545,6 +547,10 @@ def parameter_table(p: Prepared, report: Report) -> list[dict]:
                "relation": str(b.relation), "gradient": holds.get(f"grad:{b.seq_name}")}
         if f"updated:{b.seq_name}" in p.seq.outputs:
             row["updated"] = holds.get(f"updated:{b.seq_name}")
+        stated = [k for k in ("grad", "updated") if f"{k}:{b.seq_name}" in p.stated
+                  and str(p.expect[f"{k}:{b.seq_name}"]) != str(b.relation)]
+        if stated:  # judged by the returned DTensor's placements, not the parameter's relation
+            row["stated"] = stated
         rows.append(row)
     return rows
 
