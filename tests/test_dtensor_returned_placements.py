@@ -147,3 +147,22 @@ def test_local_values_not_fitting_placements_violation(labels):
     assert "grad:norm.weight" in broken, report.outputs
     assert "grad:norm.bias" not in broken and "grad:embed.weight" not in broken, broken
     assert report.findings, "a violation names where it was found"
+
+
+def _mapping(rank: int, world: int) -> dict:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+    from shardproof.frontends.torch_placements import stated_relation
+    mesh = init_device_mesh("cpu", (world,))
+    cases = {"R": [Replicate()], "S1": [Shard(1)], "Psum": [Partial()], "Pavg": [Partial("avg")],
+             "Pmax": [Partial("max")], "strided": [_StridedShard(0, split_factor=2)]}
+    return {k: str(stated_relation(mesh, p)) for k, p in cases.items()}
+
+
+def test_placements_read_exactly_or_not_at_all():
+    """Each placement as the relation DTensor means by it; a strided shard (another chunk
+    order) is not read as any relation (judged as before, never guessed)."""
+    got = run_fn_on_gloo(_mapping, WORLD)[0]
+    assert got == {"R": "Replicate()", "S1": "Shard(1)", "Psum": 'Partial("sum")', "Pavg": 'Partial("avg")',
+                   "Pmax": 'Partial("max")', "strided": "None"}, got
