@@ -167,16 +167,37 @@ def training_renames(names, bindings: dict) -> dict:
 def training_expectations(seq: Graph, dist: DistributedProgram, bindings: dict) -> tuple[DistributedProgram, dict]:
     """A parameter's gradient and updated value are expected to relate to the single-device
     ones as the parameter does. Distributed outputs are renamed after the single-device
-    parameter they belong to (``grad:<dist param>`` -> ``grad:<single param>``)."""
+    parameter they belong to (``grad:<dist param>`` -> ``grad:<single param>``). One the
+    step returns as a DTensor is expected as its placements state instead (DTensor gives a
+    norm weight's gradient as Partial("sum")), whatever its parameter's placement."""
     expect, renamed = {}, training_renames(dist.graphs[0].outputs, bindings)
+    stated = dist.graphs[0].stated
     for name, seq_name in renamed.items():
         b = bindings[name.split(":", 1)[1]]
         if seq_name not in seq.outputs:
             raise RelationError(f"the distributed step returns {name}, but the single-device parameter it relates to "
                                 f"({b.seq_name}) has no {name.split(':', 1)[0]} output")
-        expect[seq_name] = b.relation
-    graphs = [replace(g, outputs={renamed.get(k, k): v for k, v in g.outputs.items()}) for g in dist.graphs]
+        expect[seq_name] = _as_stated(stated.get(name), b, dist.graphs[0].stated_inputs.get(b.name))
+    graphs = [replace(g, outputs={renamed.get(k, k): v for k, v in g.outputs.items()},
+                      stated={renamed.get(k, k): v for k, v in g.stated.items()}) for g in dist.graphs]
     return DistributedProgram(graphs), expect
+
+
+def _as_stated(returned, binding, param_stated):
+    """A returned DTensor's relation where its parameter's DTensor is the single-device
+    parameter itself (the binding is what the parameter's placements state), else the
+    binding: placements relate a DTensor to its own full value, and a parameter held
+    permuted (fused QKV interleaved) has another full value than the single-device one."""
+    if returned is None or param_stated is None or param_stated != binding.relation:
+        return binding.relation
+    return returned
+
+
+def stated_expectations(dist: DistributedProgram) -> dict:
+    """Outputs every rank returns as a DTensor with the same placements: the relation
+    those placements state (see ``frontends/torch_placements.py``)."""
+    first = dist.graphs[0].stated
+    return {n: rel for n, rel in first.items() if all(g.stated.get(n) == rel for g in dist.graphs[1:])}
 
 
 @dataclass
@@ -192,6 +213,7 @@ class Prepared:
     gradients: frozenset = frozenset()  # training: outputs that are gradients or updated parameters
     case: Optional[Case] = None  # a live case, run for real to confirm a proof (dumps: None)
     pairing: list = field(default_factory=list)  # dumps with --auto-relations: how outputs were paired
+    stated: frozenset = frozenset()  # outputs expected as the returned DTensor's placements state
 
 
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
@@ -221,13 +243,15 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
     if case.train is not None:
         dist, expected = training_expectations(seq, dist, bindings)
         expect = {**expected, **_expand_globs(expect, list(seq.outputs))}
+    stated = {n: r for n, r in stated_expectations(dist).items() if n in seq.outputs}
+    expect = {**stated, **expect}
     for name in expect:
         if name not in seq.outputs:
             raise RelationError(f"the expectation names output {name!r}, but the single-device program's outputs "
                                 f"are: {', '.join(seq.outputs)}")
     gradients = frozenset(n for n in seq.outputs if n.startswith(GRADIENT_OUTPUTS)) if case.train else frozenset()
     return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values) | _optimizer_state(case, seq_values),
-                    case.name, gradients, case)
+                    case.name, gradients, case, frozenset(n for n, r in stated.items() if expect[n] == r))
 
 
 def _optimizer_state(case: Case, values: dict) -> dict:
@@ -567,6 +591,10 @@ def parameter_table(p: Prepared, report: Report) -> list[dict]:
                "relation": str(b.relation), "gradient": holds.get(f"grad:{b.seq_name}")}
         if f"updated:{b.seq_name}" in p.seq.outputs:
             row["updated"] = holds.get(f"updated:{b.seq_name}")
+        stated = [k for k in ("grad", "updated") if f"{k}:{b.seq_name}" in p.stated
+                  and str(p.expect[f"{k}:{b.seq_name}"]) != str(b.relation)]
+        if stated:  # judged by the returned DTensor's placements, not the parameter's relation
+            row["stated"] = stated
         rows.append(row)
     return rows
 

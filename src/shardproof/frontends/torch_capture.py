@@ -25,6 +25,7 @@ from ..ir.graph import Graph, Node, Source, TensorType
 from .torch_collectives import COLLECTIVE_PREFIXES, DEFECTS_META, functional_collectives
 from .torch_libraries import library_tracing
 from .torch_decomp import capture_decompositions
+from .torch_placements import placement_specs, stated_relations
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ZOO_DIR = os.path.join(_PKG_DIR, "zoo")  # the bundled case files are user code
@@ -251,10 +252,12 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
     names = list(inputs)
     fn = _call(program, names, set(data))
     output_names: list[str] = []
+    stated: dict = {}
 
     def flat_fn(*flat):
         outs = _flatten_outputs(fn(*flat))
         output_names[:] = list(outs)
+        stated.update(placement_specs(outs))
         return [local_tensor(o) for o in outs.values()]
 
     try:
@@ -263,7 +266,9 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
                          decomposition_table=capture_decompositions(), record_stack_traces=True)(*inputs.values())
     except Exception as exc:
         raise trace_failure(f"tracing {label or 'the program'}", exc) from exc
-    return from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
+    graph = from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
+    graph.stated = stated_relations(stated)
+    return graph
 
 
 def storage_layouts(gm, args: list) -> dict:
@@ -285,6 +290,16 @@ def storage_layouts(gm, args: list) -> dict:
         if isinstance(v, torch.Tensor) and v.layout == torch.strided:
             out[n] = (tuple(int(s) for s in v.stride()), int(v.storage_offset()))
     return out
+
+
+def _own_storage(value: torch.Tensor):
+    """A constant's (strides, offset) where its storage is exactly its own values (a view
+    of a larger storage: unknown, its numpy value does not hold that storage)."""
+    if value.layout != torch.strided or not value.is_contiguous() or value.storage_offset() != 0:
+        return None
+    if value.untyped_storage().nbytes() != value.numel() * value.element_size():
+        return None
+    return tuple(int(s) for s in value.stride()), 0
 
 
 def _with_storage(ty, layout):
@@ -344,7 +359,7 @@ def from_fx(fx_graph, input_names: list[str], output_names: list[str], label: st
             value = getattr(gm_owner, fx_node.target)
             node = Node(fx_node.name, "constant", kwargs={"value": value.detach().double().numpy()
                                                           if value.is_floating_point() else value.numpy()},
-                        type=_type_of(value))
+                        type=_with_storage(_type_of(value), _own_storage(value)))
         elif fx_node.op == "call_function":
             op = _op_name(fx_node.target)
             args = _convert(fx_node.args, env)

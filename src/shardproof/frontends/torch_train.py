@@ -23,6 +23,7 @@ import torch.fx.traceback as fx_traceback
 
 from ..case import SGD, AdamW, Train
 from ..ir.graph import Graph
+from .torch_placements import placement_specs, stated_relations
 from .torch_capture import (CaptureError, as_dtensor, dtensor_specs, fake_world, from_fx, functional_collectives,
                             innermost_user_frame, local_tensor, storage_layouts, trace_failure, user_stack_traces)
 from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
@@ -190,6 +191,7 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
         lazy_init(program)
     specs = {n: spec for n, spec in dtensor_specs(program).items() if n not in fsdp}
     output_names: list[str] = []
+    stated: dict = {}
 
     def as_program_sees(value, param):
         return as_dtensor(value, specs[param]) if param in specs else value
@@ -207,6 +209,7 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
             with _reparametrize_module(program, swapped):
                 outs = _flatten(step(program, batch, state, train), params)
         output_names[:] = list(outs)
+        stated.update(placement_specs(outs))
         return [local_tensor(o).detach() if isinstance(o, torch.Tensor) else o for o in outs.values()]
 
     try:
@@ -218,7 +221,10 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
         raise
     except Exception as exc:
         raise trace_failure(f"tracing the training step of {label}", exc) from exc
-    return from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values()))), inputs
+    graph = from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
+    graph.stated = stated_relations(stated)
+    graph.stated_inputs = stated_relations({n: spec[:2] for n, spec in specs.items()})
+    return graph, inputs
 
 
 def capture_single_step(model: Any, data: dict, train: Train) -> tuple[Graph, dict]:

@@ -102,6 +102,10 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     outputs: dict[str, Node] = field(default_factory=dict)
     label: str = ""
+    # output name -> the relation the program itself states for it (a returned DTensor's
+    # placements); input name -> the one a DTensor parameter's placements state
+    stated: dict = field(default_factory=dict)
+    stated_inputs: dict = field(default_factory=dict)
 
     @property
     def inputs(self) -> list[Node]:

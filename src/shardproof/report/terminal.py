@@ -51,6 +51,11 @@ def _parameters(report: Report) -> Table:
         cells = [row["gradient"]] + ([row.get("updated")] if with_updates else [])
         table.add_row(row["parameter"], row["relation"],
                       *[Text(c, style="green") if c else Text("not proved", style="red") for c in cells])
+    stated = [row["parameter"] for row in report.parameters if row.get("stated")]
+    if stated:
+        table.caption = ("judged by the placements of the DTensor the step returns (not the parameter's): "
+                         + ", ".join(stated))
+        table.caption_justify = "left"
     return table
 
 
