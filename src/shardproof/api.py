@@ -251,7 +251,7 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
                                 f"are: {', '.join(seq.outputs)}")
     gradients = frozenset(n for n in seq.outputs if n.startswith(GRADIENT_OUTPUTS)) if case.train else frozenset()
     return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values) | _optimizer_state(case, seq_values),
-                    case.name, gradients, case, frozenset(n for n, r in stated.items() if expect[n] == r))
+                    case.name, gradients, case, stated=frozenset(n for n, r in stated.items() if expect[n] == r))
 
 
 def _optimizer_state(case: Case, values: dict) -> dict:
