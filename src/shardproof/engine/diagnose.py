@@ -8,6 +8,7 @@ from ..algebra.layout import Val
 from ..ir.graph import Graph, Node
 from ..relations.spec import held
 from ..ops.registry import lookup, run_numerics
+from .localize import SIZED_VIEWS, view_cause, view_hint
 from .lockstep import is_collective, resolve
 from .result import Finding
 
@@ -45,9 +46,12 @@ def counterpart_of(seq, node: Node, input_rels: list, seq_env: dict | None = Non
         if s.op == node.op and set(map(key, s.inputs)) == set(want_keys):
             return s
     # The single-device program may fuse differently (addmm for mm + add): take the first
-    # tensor of the same rank that reads, or contains, what the inputs correspond to.
+    # tensor of the same rank that reads, or contains, what the inputs correspond to -- only
+    # when the inputs are held values, not mere views of an earlier one (then it is no
+    # counterpart of the same value, only a guess by position).
     known = {w for w in want if w is not None}
-    if node.type is None or isinstance(node.type, tuple):
+    if node.type is None or isinstance(node.type, tuple) or any(rel is not None and rel.kind == "view"
+                                                                for rel in input_rels):
         return None
     tensors = [s for s in seq.nodes if s.op != "input" and s.type is not None and not isinstance(s.type, tuple)
                and len(s.shape) == len(node.shape)]
@@ -452,6 +456,10 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                            misread=_misread_operand(run, seq, producer, inputs, input_rels, r),
                            borrowed=_borrowed_piece(dist, inputs, status, ranks),
                            mixed_dim=_mixed_sharded_dim(counterpart, input_rels, s_env))
+    if kind == "value-mismatch" and producer.op in SIZED_VIEWS and first is not None and first.kind == "held":
+        cause = view_cause(producer, first, run.seq)  # a view sized unlike the single-device one's
+        if cause is not None:
+            kind, hint = "wrong-view-size", view_hint(*cause) + (f" at {producer.source}" if producer.source else "")
     constants = _constants_differ(producer, same_op)
     if constants and kind in ("value-mismatch", "rank-specific-mismatch"):
         hint = (f"the constant arguments of this {producer.op.split('.')[-1]} differ from the single-device op's "

@@ -26,6 +26,7 @@ from ..relations.infer import InputRelation, relation_by_value
 from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Partial, Relation, RelationError, Shard, Slices,
                               chunk_bounds, held, layout_index)
 from .diagnose import SLICING_OPS
+from .localize import misshaped_view, view_blame
 from .numeric import check_evaluable, evaluate
 from .assumptions import input_breaches
 from .numeric import derive as derive_numeric
@@ -712,6 +713,7 @@ class Localized:
     blamed_as: tuple = ("wrong-shard-offset", "each rank's own chunk (the pieces tile the dim)",
                         "overlapping pieces", "cut each rank's piece at its own offset (rank r: the r-th chunk)")
     """(kind, expected, actual, hint) of a finding at `node` when `blame` is set."""
+    counterpart: Optional[str] = None  # with `blame`: the single-device tensor `node` relates to, if any
 
 
 def _diagonal(pairs: bytes) -> bool:
@@ -835,6 +837,10 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     overlapping = _overlapping_slice(dist, status, _reach([n], lambda m: list(m.inputs)))
     if overlapping is not None:
         return Localized(*overlapping[:2], status, n, overlapping[2], recovers)
+    view = misshaped_view(n, _operands(n, status[ranks[0]]), status[ranks[0]], run.seq)
+    if view is not None:  # the op reads a view sized unlike the single-device one: blame the view
+        blame, blamed_as, counterpart = view_blame(*view)
+        return Localized(view[0], ranks, status, n, blame, recovers, blamed_as, counterpart)
     return Localized(n, ranks, status, n, recovers=recovers)
 
 
@@ -1107,6 +1113,7 @@ def _report_at(finding: Finding, loc: Localized) -> Finding:
         finding.expected, finding.actual = expected, actual
         finding.hint = hint + (f" at {node.source}" if node.source else "")
         finding.node, finding.op, finding.source = node.name, node.op, _src(node)
+        finding.counterpart = loc.counterpart  # the broken tensor's counterpart is not the blamed op's
     _name_producer(finding, node)
     return finding
 
