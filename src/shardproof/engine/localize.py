@@ -5,6 +5,7 @@ not the op that consumes it one step later. Pure functions over the relation sta
 verifier computed; no I/O."""
 from __future__ import annotations
 
+import re
 from math import prod
 from typing import Optional
 
@@ -116,3 +117,43 @@ def view_blame(view: Node, counterpart: Optional[Node], expected: Optional[list]
     expected_text = f"{want} of single-device {counterpart.name}" if counterpart is not None else want
     return blame, ("wrong-view-size", expected_text, f"shape {list(view.shape)}", view_hint(view, counterpart, expected)), \
         (counterpart.name if counterpart is not None else None)
+
+
+def completes(collective: Node) -> bool:
+    """Whether a reduction can complete a sum held in pieces across ranks: not one over a
+    group of a single rank (a data-parallel group of size 1 reduces nothing)."""
+    group = collective.args[-1] if collective.args and isinstance(collective.args[-1], tuple) else ()
+    return len(group) != 1
+
+
+def autograd_accumulation(node: Node) -> bool:
+    """An add traced at the line that runs the backward (``autograd.grad(...)``,
+    ``.backward()``): autograd summing the gradients of a tensor used more than once; it has no
+    forward line of its own."""
+    code = node.source.code if node.source is not None else ""
+    return node.op == "aten.add" and bool(re.search(r"autograd\.grad\(|\.backward\(", code or ""))
+
+
+def partial_origin(node: Node, status: dict) -> Optional[Node]:
+    """The op where the partial sum `node` reads begins: back from its partial operand
+    through partial tensors (views of it), to the first whose operands hold no partial sum."""
+    def partial_input(n: Node) -> Optional[Node]:
+        return next((x for x in n.inputs if status.get(x) is not None and status[x].kind == "partial"), None)
+    x, seen = partial_input(node), 0
+    while x is not None and seen < 64:
+        up = partial_input(x)
+        if up is None:
+            return x
+        x, seen = up, seen + 1
+    return None
+
+
+def gradient_accumulation_blame(origin: Node) -> tuple[str, str]:
+    """(message prefix, hint) for a gradient summed whole with a partial one: the backward of
+    the op at `origin` leaves each rank's share of the gradient of its input."""
+    where = f" ({origin.source})" if origin.source else ""
+    return (f"the gradient {origin.name} = {origin.op}(...) made in the backward of the forward line{where} is a "
+            f"partial sum over the ranks, and autograd adds it, unreduced, to a gradient every rank holds whole",
+            f"all_reduce(sum) this gradient over the tensor-parallel group in the backward: the operator through "
+            f"which the replicated activation enters the tensor-parallel layers{where} (Megatron's f: identity "
+            f"forward) must all_reduce the gradient of its input in its backward")

@@ -26,7 +26,7 @@ from ..relations.infer import InputRelation, relation_by_value
 from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Partial, Relation, RelationError, Shard, Slices,
                               chunk_bounds, held, layout_index)
 from .diagnose import SLICING_OPS
-from .localize import misshaped_view, view_blame
+from .localize import autograd_accumulation, completes, gradient_accumulation_blame, misshaped_view, partial_origin, view_blame
 from .numeric import check_evaluable, evaluate
 from .assumptions import input_breaches
 from .numeric import derive as derive_numeric
@@ -454,7 +454,8 @@ def _refine(finding: Finding, dist: DistributedProgram, status: list, gradients:
         return finding
     users = g.users()
     reached = _reach([g.node(finding.node)], lambda m: users[m])
-    summed_later = [n for n in reached if n.op == "_c10d_functional.all_reduce" and n.args[1] in ("sum", "avg")]
+    summed_later = [n for n in reached if n.op == "_c10d_functional.all_reduce" and n.args[1] in ("sum", "avg")
+                    and completes(n)]
     if not share_used and finding.op in ("aten.add", "aten.sub") and {"partial", "held"} <= kinds and summed_later:
         finding.kind = "replicated-counted-per-rank"
         finding.hint = (f"this adds a term every rank holds whole to a partial sum, and the all_reduce at "
@@ -464,6 +465,14 @@ def _refine(finding: Finding, dist: DistributedProgram, status: list, gradients:
     outputs = {name for name, n in g.outputs.items() if n in reached}
     if gradients and outputs and outputs <= gradients:
         finding.kind = "missing-gradient-reduction"
+        origin = partial_origin(g.node(finding.node), status[finding.rank[0]]) \
+            if autograd_accumulation(g.node(finding.node)) else None
+        if origin is not None:  # a gradient accumulation (no forward line): blame the backward op of the share
+            prefix, finding.hint = gradient_accumulation_blame(origin)
+            finding.message = f"{prefix}; {finding.message}"
+            finding.node, finding.op, finding.source = origin.name, origin.op, _src(origin)
+            finding.expected, finding.counterpart = f"all_reduce(sum) of {origin.name} over the group", None
+            return finding
         finding.hint = ("gradients (or a norm of them) are used while still partial sums over the ranks: all_reduce "
                         "them over the group that holds the pieces (tensor-parallel for activations' gradients, "
                         "data-parallel for parameters'), before this op; " + finding.hint)

@@ -64,19 +64,22 @@ class ParallelResidual(TensorParallel):
         return h + self.reduce_tp(F.linear(a, self.mlp.fc2.weight)) + self.mlp.fc2.bias
 
 
-class MissingFBackward(MegatronTraining, ParallelResidual):
+class TrainParallelResidual(MegatronTraining, ParallelResidual):
+    """The correct step: Megatron's f (mini_megatron.CopyToTensorParallel) all-reduces the gradient."""
     replicated = frozenset({"proj.weight", "proj.bias", "mlp.fc2.bias"})
 
+
+class MissingFBackward(TrainParallelResidual):
     def enter_tp(self, x):
         return IdentityBothWays.apply(x, self.mesh.tp_group)
 
 
-def case(world_size: int = 2, dp: int = 1):
+def case(world_size: int = 2, dp: int = 1, model=MissingFBackward):
     torch.manual_seed(0)
     full, tp = ResidualMLP(), world_size // dp
-    return Case(single=full, distributed=lambda rank, world: MissingFBackward(full, rank, world, tp),
+    return Case(single=full, distributed=lambda rank, world: model(full, rank, world, tp),
                 inputs=regression_batch(BATCH, SEQ, HIDDEN), dist_inputs=dp_shard(tp), world_size=world_size,
                 train=TRAIN, name="megatron_f_missing_backward_allreduce",
                 meta={"source": "issue 17: Megatron f operator without its backward all_reduce",
-                      "bug_op": "?", "bug_ranks": "all", "bug": "missing-gradient-reduction", "bug_node": "?",
-                      "bug_source": "megatron_f_missing_backward_allreduce.py", "hint": r"all_reduce.*backward|backward.*all_reduce"})
+                      "bug_op": "aten.mm", "bug_ranks": "all", "bug": "missing-gradient-reduction", "bug_node": "mm_3",
+                      "bug_source": "megatron_f_missing_backward_allreduce.py:", "bug_line": "f goes here", "hint": r"all_reduce.*backward|backward.*all_reduce"})
