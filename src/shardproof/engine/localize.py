@@ -96,8 +96,12 @@ def view_cause(view: Node, src_rel, seq_env: dict):
 
 def view_hint(view: Node, counterpart: Optional[Node], expected: Optional[list]) -> str:
     """The fix hint for a view sized unlike the single-device one."""
-    differ = (f"the size arguments of this view ({_sizes(view)}) differ from the single-device view's"
-              + (f" ({_sizes(counterpart)})" if counterpart is not None else "") + " beyond the sharding")
+    if counterpart is not None and _sizes(counterpart) == _sizes(view):
+        differ = (f"this view applies the single-device view's size arguments ({_sizes(view)}) to the rank's piece, "
+                  f"giving shape {list(view.shape)}")
+    else:
+        differ = (f"the size arguments of this view ({_sizes(view)}) differ from the single-device view's"
+                  + (f" ({_sizes(counterpart)})" if counterpart is not None else "") + " beyond the sharding")
     if expected is not None:
         return (f"{differ}: on each rank it must be shape {expected} -- compute the head count (or other split) "
                 f"from the rank-local size (e.g. heads // world_size), keeping head_dim the single-device one")

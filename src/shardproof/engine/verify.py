@@ -473,9 +473,11 @@ def _refine(finding: Finding, dist: DistributedProgram, status: list, gradients:
             finding.node, finding.op, finding.source = origin.name, origin.op, _src(origin)
             finding.expected, finding.counterpart = f"all_reduce(sum) of {origin.name} over the group", None
             return finding
-        finding.hint = ("gradients (or a norm of them) are used while still partial sums over the ranks: all_reduce "
-                        "them over the group that holds the pieces (tensor-parallel for activations' gradients, "
-                        "data-parallel for parameters'), before this op; " + finding.hint)
+        finding.hint = ("gradients (or a norm of them) are used while still partial sums over the ranks: all_reduce(sum) "
+                        "them over the group that holds the pieces before this op -- for an activation's gradient, the "
+                        "tensor-parallel group in the backward (Megatron's f operator, where the activation enters the "
+                        "tensor-parallel layers, all-reduces its gradient in its backward); for parameters' gradients, "
+                        "the data-parallel group in the step" + (f" (at {finding.source})" if finding.source else ""))
     return finding
 
 

@@ -82,4 +82,5 @@ def case(world_size: int = 2, dp: int = 1, model=MissingFBackward):
                 train=TRAIN, name="megatron_f_missing_backward_allreduce",
                 meta={"source": "issue 17: Megatron f operator without its backward all_reduce",
                       "bug_op": "aten.mm", "bug_ranks": "all", "bug": "missing-gradient-reduction", "bug_node": "mm_3",
-                      "bug_source": "megatron_f_missing_backward_allreduce.py:", "bug_line": "f goes here", "hint": r"all_reduce.*backward|backward.*all_reduce"})
+                      "bug_source": "megatron_f_missing_backward_allreduce.py:", "bug_line": "f goes here",
+                      "hint": r"all_reduce.*backward", "hint_not": r"one rank only"})
