@@ -8,9 +8,10 @@ from ..algebra.layout import Val
 from ..ir.graph import Graph, Node
 from ..relations.spec import held
 from ..ops.registry import lookup, run_numerics
-from .localize import SIZED_VIEWS, view_cause, view_hint
+from .causes import SIZED_VIEWS, view_cause, view_hint
 from .lockstep import is_collective, resolve
 from .result import Finding
+from .status import in_order, positions_in
 
 LINEAR_OPS = {"aten.add", "aten.sub", "aten.cat", "aten.stack"}
 SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select", "xla.slice"}
@@ -121,7 +122,6 @@ def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list
     in its place (q, k or v cut from the wrong section of a fused weight, a key read where
     the value belongs, an activation applied to the up half of a fused gate-up product):
     (operand, what it holds, what belongs there), else None."""
-    from .verify import positions_in
     if not inputs or is_collective(node) or any(
             rel is None or rel.kind not in ("held", "const") for rel in input_rels):
         return None
@@ -405,7 +405,8 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     compares it with its single-device counterpart; when there is none to compare with (the
     node consumed a dim its operand holds only part of: it is a piece of a reduction, as in
     gradient accumulation), the counterexample is taken at the first differing of `outputs`."""
-    from .verify import in_order, reorders, summarize
+    from .localize import reorders
+    from .verify import summarize
     r = ranks[0]
     producer = node.args[0] if node.op == "getitem" and node.args and isinstance(node.args[0], Node) else node
     inputs = [x for x in producer.inputs if x in status[r]]
