@@ -119,8 +119,8 @@ def view_blame(view: Node, counterpart: Optional[Node], expected: Optional[list]
              f"sharding, so the rank's tensor is no piece of the single-device one")
     want = f"shape {expected}" if expected is not None else "a piece of the single-device view"
     expected_text = f"{want} of single-device {counterpart.name}" if counterpart is not None else want
-    return blame, ("wrong-view-size", expected_text, f"shape {list(view.shape)}", view_hint(view, counterpart, expected)), \
-        (counterpart.name if counterpart is not None else None)
+    blamed_as = ("wrong-view-size", expected_text, f"shape {list(view.shape)}", view_hint(view, counterpart, expected))
+    return blame, blamed_as, (counterpart.name if counterpart is not None else None)
 
 
 def completes(collective: Node) -> bool:

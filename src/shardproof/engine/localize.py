@@ -12,7 +12,8 @@ import numpy as np
 from ..algebra.layout import Val
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.spec import chunk_bounds
-from .causes import autograd_accumulation, completes, gradient_accumulation_blame, misshaped_view, partial_origin, view_blame
+from .causes import (autograd_accumulation, completes, gradient_accumulation_blame, misshaped_view, partial_origin,
+                     view_blame)
 from .diagnose import SLICING_OPS, _src
 from .result import Finding
 from .status import Related, _seq_counterpart, _status, in_order, positions_in
@@ -60,11 +61,12 @@ def _refine(finding: Finding, dist: DistributedProgram, status: list, gradients:
             finding.node, finding.op, finding.source = origin.name, origin.op, _src(origin)
             finding.expected, finding.counterpart = f"all_reduce(sum) of {origin.name} over the group", None
             return finding
-        finding.hint = ("gradients (or a norm of them) are used while still partial sums over the ranks: all_reduce(sum) "
-                        "them over the group that holds the pieces before this op -- for an activation's gradient, the "
-                        "tensor-parallel group in the backward (Megatron's f operator, where the activation enters the "
-                        "tensor-parallel layers, all-reduces its gradient in its backward); for parameters' gradients, "
-                        "the data-parallel group in the step" + (f" (at {finding.source})" if finding.source else ""))
+        finding.hint = ("gradients (or a norm of them) are used while still partial sums over the ranks: "
+                        "all_reduce(sum) them over the group that holds the pieces before this op -- for an "
+                        "activation's gradient, the tensor-parallel group in the backward (Megatron's f operator, "
+                        "where the activation enters the tensor-parallel layers, all-reduces its gradient in its "
+                        "backward); for parameters' gradients, the data-parallel group in the step"
+                        + (f" (at {finding.source})" if finding.source else ""))
     return finding
 
 

@@ -16,6 +16,7 @@ from mini_megatron import MegatronTraining, dp_shard, regression_batch, token_me
 from shardproof import AdamW, Case, Train
 from tensor_parallel import TensorParallel
 from tp_mlp import FFN, HIDDEN, MLP
+from verdict05_missing_backward_reduce_fused_qkv import IdentityBothWays  # BUG: f, no backward all_reduce
 
 WORLD_SIZES = (2,)
 BATCH, SEQ = 4, 3
@@ -31,16 +32,6 @@ class ResidualMLP(nn.Module):
     def forward(self, x):
         h = self.proj(x)
         return h + self.mlp(h)
-
-
-class IdentityBothWays(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None  # BUG: Megatron's f must all_reduce(grad, group) over tp here
 
 
 class ParallelResidual(TensorParallel):
