@@ -8,8 +8,10 @@ from ..algebra.layout import Val
 from ..ir.graph import Graph, Node
 from ..relations.spec import held
 from ..ops.registry import lookup, run_numerics
+from .causes import SIZED_VIEWS, view_cause, view_hint
 from .lockstep import is_collective, resolve
 from .result import Finding
+from .status import in_order, positions_in
 
 LINEAR_OPS = {"aten.add", "aten.sub", "aten.cat", "aten.stack"}
 SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select", "xla.slice"}
@@ -45,9 +47,12 @@ def counterpart_of(seq, node: Node, input_rels: list, seq_env: dict | None = Non
         if s.op == node.op and set(map(key, s.inputs)) == set(want_keys):
             return s
     # The single-device program may fuse differently (addmm for mm + add): take the first
-    # tensor of the same rank that reads, or contains, what the inputs correspond to.
+    # tensor of the same rank that reads, or contains, what the inputs correspond to -- only
+    # when the inputs are held values, not mere views of an earlier one (then it is no
+    # counterpart of the same value, only a guess by position).
     known = {w for w in want if w is not None}
-    if node.type is None or isinstance(node.type, tuple):
+    if node.type is None or isinstance(node.type, tuple) or any(rel is not None and rel.kind == "view"
+                                                                for rel in input_rels):
         return None
     tensors = [s for s in seq.nodes if s.op != "input" and s.type is not None and not isinstance(s.type, tuple)
                and len(s.shape) == len(node.shape)]
@@ -126,7 +131,6 @@ def _misread_operand(run, seq: Graph, node: Node, inputs: list, input_rels: list
     in its place (q, k or v cut from the wrong section of a fused weight, a key read where
     the value belongs, an activation applied to the up half of a fused gate-up product):
     (operand, what it holds, what belongs there), else None."""
-    from .verify import positions_in
     if not inputs or is_collective(node) or any(
             rel is None or rel.kind not in ("held", "const") for rel in input_rels):
         return None
@@ -413,7 +417,8 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     compares it with its single-device counterpart; when there is none to compare with (the
     node consumed a dim its operand holds only part of: it is a piece of a reduction, as in
     gradient accumulation), the counterexample is taken at the first differing of `outputs`."""
-    from .verify import in_order, reorders, summarize
+    from .localize import reorders
+    from .verify import summarize
     r = ranks[0]
     producer = node.args[0] if node.op == "getitem" and node.args and isinstance(node.args[0], Node) else node
     inputs = [x for x in producer.inputs if x in status[r]]
@@ -464,6 +469,10 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
                            misread=_misread_operand(run, seq, producer, inputs, input_rels, r),
                            borrowed=_borrowed_piece(dist, inputs, status, ranks),
                            mixed_dim=_mixed_sharded_dim(counterpart, input_rels, s_env))
+    if kind == "value-mismatch" and producer.op in SIZED_VIEWS and first is not None and first.kind == "held":
+        cause = view_cause(producer, first, run.seq)  # a view sized unlike the single-device one's
+        if cause is not None:
+            kind, hint = "wrong-view-size", view_hint(*cause) + (f" at {producer.source}" if producer.source else "")
     constants = _constants_differ(producer, same_op)
     if constants and kind in ("value-mismatch", "rank-specific-mismatch"):
         hint = (f"the constant arguments of this {producer.op.split('.')[-1]} differ from the single-device op's "

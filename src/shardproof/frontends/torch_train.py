@@ -164,16 +164,29 @@ class ForwardLines(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else (out,):
-            node = t.grad_fn if isinstance(t, torch.Tensor) else None
-            if node is None or node in self._tagged:
-                continue
-            self._tagged.add(node)
-            frame = innermost_user_frame()
-            if frame is not None:
-                line = traceback.format_list([frame])
-                node.register_prehook(lambda grad_outputs, line=line: fx_traceback.set_stack_trace(line))
-                node.register_hook(lambda grad_inputs, grad_outputs: fx_traceback.set_stack_trace([]))
+            for node in self._made_by_call(t.grad_fn if isinstance(t, torch.Tensor) else None):
+                frame = innermost_user_frame()
+                if frame is not None:
+                    line = traceback.format_list([frame])
+                    node.register_prehook(lambda grad_outputs, line=line: fx_traceback.set_stack_trace(line))
+                    node.register_hook(lambda grad_inputs, grad_outputs: fx_traceback.set_stack_trace([]))
         return out
+
+    def _made_by_call(self, node) -> list:
+        """`node` and the untagged autograd nodes behind it: one call may make several (a
+        linear on a 3-d input is a view, an addmm and a view), and each backward op of them
+        belongs to the call's line. Nodes an earlier call made are tagged already; a custom
+        autograd.Function's backward behind it keeps its own lines (its code is the user's)."""
+        made, stack = [], [node]
+        while stack:
+            n = stack.pop()
+            if n is None or n in self._tagged or type(n).__name__ == "AccumulateGrad" or (
+                    made and isinstance(n, torch.autograd.function.BackwardCFunction)):
+                continue
+            self._tagged.add(n)
+            made.append(n)
+            stack.extend(nxt for nxt, _ in n.next_functions)
+        return made
 
 
 def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callable, label: str) -> tuple[Graph, dict]:

@@ -34,4 +34,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"input": torch.randn(4, HIDDEN)}, world_size=world_size, name="allgather_as_allreduce",
                 meta={"source": "VERDICT: all_gather replaced by all_reduce",
                       "bug_op": "_c10d_functional.all_reduce", "bug_node": "all_reduce", "bug_ranks": "all",
-                      "bug": "wrong-collective"})
+                      "bug": "wrong-collective",
+                      "hint": r"all_gather"})

@@ -54,4 +54,5 @@ def case(world_size: int = 2) -> Case:
                 meta={"source": "VERDICT: wrong collective",
                       "bug_op": "_c10d_functional.all_gather_into_tensor", "bug_node": "all_gather_into_tensor",
                       "bug_ranks": "all",
-                      "bug": "wrong-dim"})
+                      "bug": "wrong-dim",
+                      "hint": r"dim", "bug_line": "dist.all_gather_into_tensor(output"})

@@ -34,4 +34,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="allreduce_as_allgather",
                 meta={"source": "VERDICT: all_reduce replaced by all_gather",
                       "bug_op": "_c10d_functional.all_gather_into_tensor", "bug_node": "all_gather_into_tensor",
-                      "bug_ranks": "all", "bug": "wrong-collective"})
+                      "bug_ranks": "all", "bug": "wrong-collective",
+                      "hint": r"all_reduce"})

@@ -26,4 +26,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="allreduce_avg",
                 meta={"source": "VERDICT: wrong reduce op",
                       "bug_op": "_c10d_functional.all_reduce", "bug_node": "all_reduce", "bug_ranks": "all",
-                      "bug": "wrong-reduce-op"})
+                      "bug": "wrong-reduce-op",
+                      "hint": r"reduce op 'sum'"})

@@ -24,4 +24,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="attention_scale_local_heads",
                 meta={"source": "VERDICT: attention scaling",
-                      "bug_op": "aten.mul", "bug_node": "mul", "bug_ranks": "all", "bug": "scaling-mismatch"})
+                      "bug_op": "aten.mul", "bug_node": "mul", "bug_ranks": "all", "bug": "scaling-mismatch",
+                      "hint": r"scale", "bug_line": "* scale"})

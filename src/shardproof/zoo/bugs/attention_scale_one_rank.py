@@ -27,4 +27,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="attention_scale_one_rank",
                 meta={"source": "VERDICT: attention scaling (one rank)",
-                      "bug_op": "aten.mul", "bug_node": "mul", "bug_ranks": [1], "bug": "rank-specific-mismatch"})
+                      "bug_op": "aten.mul", "bug_node": "mul", "bug_ranks": [1], "bug": "rank-specific-mismatch",
+                      "hint": r"constant arguments.*0\.5", "bug_line": "* scale"})

@@ -26,4 +26,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="bias_before_allreduce",
                 meta={"source": "gpt-neox #905 class",
                       "bug_op": "aten.addmm", "bug_node": "addmm_1", "bug_ranks": "all",
-                      "bug": "partial-sum-never-reduced"})
+                      "bug": "partial-sum-never-reduced",
+                      "hint": r"bias.*all_reduce"})

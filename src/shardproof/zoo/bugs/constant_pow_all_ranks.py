@@ -30,4 +30,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="constant_pow_all_ranks",
                 meta={"source": "VERDICT: constant mutant in pow (all ranks)",
-                      "bug_op": "aten.pow", "bug_node": "pow_1", "bug_ranks": "all", "bug": "value-mismatch"})
+                      "bug_op": "aten.pow", "bug_node": "pow_1", "bug_ranks": "all", "bug": "value-mismatch",
+                      "hint": r"2\.5"})

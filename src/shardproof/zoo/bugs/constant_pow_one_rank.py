@@ -21,4 +21,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="constant_pow_one_rank",
                 meta={"source": "VERDICT: constant mutant in pow (one rank)",
-                      "bug_op": "aten.pow", "bug_node": "pow_1", "bug_ranks": [1], "bug": "rank-specific-mismatch"})
+                      "bug_op": "aten.pow", "bug_node": "pow_1", "bug_ranks": [1], "bug": "rank-specific-mismatch",
+                      "hint": r"2\.5"})

@@ -27,4 +27,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="double_allreduce",
                 meta={"source": "VERDICT: reduced twice",
                       "bug_op": "_c10d_functional.all_reduce", "bug_node": "all_reduce_1", "bug_ranks": "all",
-                      "bug": "reduced-twice"})
+                      "bug": "reduced-twice",
+                      "hint": r"remove the extra all_reduce"})

@@ -43,4 +43,5 @@ def case(world_size: int = 2) -> Case:
     return Case(single=full, distributed=lambda rank, world: parallelize(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="dtensor_wrong_plan",
                 meta={"source": "PyTorch #179502 class",
-                      "bug_op": "aten.add", "bug_node": "add", "bug_ranks": "all", "bug": "partial-sum-never-reduced"})
+                      "bug_op": "aten.add", "bug_node": "add", "bug_ranks": "all", "bug": "partial-sum-never-reduced",
+                      "hint": r"all_reduce", "bug_line": "x + super().forward(x)"})

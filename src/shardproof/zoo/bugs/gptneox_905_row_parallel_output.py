@@ -43,4 +43,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"h": torch.randn(TOKENS, HIDDEN), "target": torch.randint(0, VOCAB, (TOKENS,))},
                 world_size=world_size, name="gptneox_905_row_parallel_output",
                 meta={"source": "gpt-neox issue 905 (row-parallel output layer + vocab-parallel cross-entropy)",
-                      "bug_op": "aten.max", "bug_node": "max_1", "bug_ranks": "all", "bug": "nonlinearity-on-partial"})
+                      "bug_op": "aten.max", "bug_node": "max_1", "bug_ranks": "all", "bug": "nonlinearity-on-partial",
+                      "hint": r"all_reduce.*before", "bug_line": "torch.max(logits"})

@@ -27,4 +27,5 @@ def case(world_size: int = 2) -> Case:
                 meta={"source": "Aerify: GQA equal thirds",
                       "bug_op": "aten._scaled_dot_product_flash_attention_for_cpu",
                       "bug_node": "_scaled_dot_product_flash_attention_for_cpu", "bug_ranks": "all",
-                      "bug": "wrong-shard-offset"})
+                      "bug": "wrong-shard-offset",
+                      "hint": r"shard", "bug_line": "scaled_dot_product_attention"})

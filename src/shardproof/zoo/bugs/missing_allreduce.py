@@ -22,4 +22,5 @@ def case(world_size: int = 2) -> Case:
     return Case(single=full, distributed=lambda rank, world: MissingAllReduce(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="missing_allreduce",
                 meta={"source": "VERDICT: missing all_reduce",
-                      "bug_op": "aten.add", "bug_node": "add", "bug_ranks": "all", "bug": "partial-sum-never-reduced"})
+                      "bug_op": "aten.add", "bug_node": "add", "bug_ranks": "all", "bug": "partial-sum-never-reduced",
+                      "hint": r"all_reduce"})

@@ -30,4 +30,5 @@ def case(world_size: int = 2) -> Case:
                 name="missing_allreduce_broken_dataflow",
                 meta={"source": "VERDICT: missing forward all_reduce (dataflow broken)",
                       "bug_op": "aten.add", "bug_node": "add", "bug_ranks": "all",
-                      "bug": "broken-dataflow"})
+                      "bug": "broken-dataflow",
+                      "hint": r"never written", "bug_line": "out + self.fc2.bias"})

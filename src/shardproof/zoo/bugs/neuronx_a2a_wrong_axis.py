@@ -24,5 +24,6 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(SEQ, BATCH, HIDDEN)}, world_size=world_size, name="neuronx_a2a_wrong_axis",
                 meta={"source": "transformers-neuronx PR 108/109 (all_to_all splits the wrong axis)",
                       "bug_op": "_c10d_functional.all_to_all_single", "bug_node": "all_to_all_single",
-                      "bug_ranks": "all", "bug": "wrong-dim"},
+                      "bug_ranks": "all", "bug": "wrong-dim",
+                      "hint": r"dim", "bug_line": "all_to_all_single"},
                 expect={"out": "Shard(1)"})

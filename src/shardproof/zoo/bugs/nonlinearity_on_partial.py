@@ -34,4 +34,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="nonlinearity_on_partial",
                 meta={"source": "PyTorch PR 165962 class",
                       "bug_op": "aten.gelu", "bug_node": "gelu_1", "bug_ranks": "all",
-                      "bug": "nonlinearity-on-partial"})
+                      "bug": "nonlinearity-on-partial",
+                      "hint": r"all_reduce.*before the gelu"})

@@ -44,4 +44,5 @@ def case(world_size: int = 2) -> Case:
     return Case(single=full, distributed=lambda rank, world: ParallelProjMax(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="pytorch_165962_max_of_partial",
                 meta={"source": "PyTorch PR 165962 (max over a Partial before reduction)",
-                      "bug_op": "aten.amax", "bug_node": "amax", "bug_ranks": "all", "bug": "nonlinearity-on-partial"})
+                      "bug_op": "aten.amax", "bug_node": "amax", "bug_ranks": "all", "bug": "nonlinearity-on-partial",
+                      "hint": r"all_reduce.*before the amax"})

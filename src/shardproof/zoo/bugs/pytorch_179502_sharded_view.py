@@ -3,9 +3,11 @@ written out as the plain program the buggy DTensor ran: ``x[12, 8]`` sharded on 
 viewed as ``(-1, 6)`` *locally* -- each rank views its [12, 8/W] block -- and the result is
 treated as Shard(0) of the [16, 6] view, so all-gathering the rows assembles the wrong
 tensor. (The fixed DTensor program is dtensor_sharded_view.) Expected finding, on every rank:
-at world 2 the local view (its [8, 6] rows hold elements in an arrangement no layout of the
-single-device view describes); at world 4 each rank's [4, 6] view is still a named view of
-x's elements, so the first wrong tensor is the gather that stacks those views as row shards."""
+the local view, classed wrong-view-size: at world 2 its [8, 6] rows hold elements in an
+arrangement no layout of the single-device view describes; at world 4 each rank's [4, 6] view
+is still a view of x's elements, and the first wrong tensor is the gather that stacks those
+views as row shards -- but the view, whose sizes make no piece of the single-device view, is
+the cause."""
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -34,8 +36,6 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(ROWS, COLS)}, dist_inputs=shard_columns, world_size=world_size,
                 name="pytorch_179502_sharded_view",
                 meta={"source": "PyTorch issue 179502 (DTensor view of Shard(1) without redistribution)",
-                      **({"bug_op": "aten.view", "bug_node": "view", "bug": "value-mismatch"} if world_size == 2 else
-                         {"bug_op": "_c10d_functional.all_gather_into_tensor", "bug_node": "all_gather_into_tensor",
-                          "bug": "wrong-dim"}),
-                      "bug_ranks": "all"},
+                      "bug_op": "aten.view", "bug_node": "view", "bug": "wrong-view-size", "bug_ranks": "all",
+                      "hint": r"view of a shard|gather"},
                 expect={"out": "Replicate()"})

@@ -23,4 +23,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="rank_constant_mismatch",
                 meta={"source": "VERDICT: rank constant",
-                      "bug_op": "aten.add", "bug_node": "add", "bug_ranks": [1], "bug": "rank-specific-mismatch"})
+                      "bug_op": "aten.add", "bug_node": "add", "bug_ranks": [1], "bug": "rank-specific-mismatch",
+                      "hint": r"1e-06", "bug_line": "+ eps"})

@@ -26,4 +26,5 @@ def case(world_size: int = 2) -> Case:
     return Case(single=full, distributed=lambda rank, world: ShiftedShard(full, rank, world),
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="shifted_shard",
                 meta={"source": "checkpoint loader off by one",
-                      "bug_op": "aten.mm", "bug_node": "mm", "bug_ranks": "all", "bug": "wrong-shard-offset"})
+                      "bug_op": "aten.mm", "bug_node": "mm", "bug_ranks": "all", "bug": "wrong-shard-offset",
+                      "hint": r"shard", "bug_line": "F.linear(h, self.fc2.weight)"})

@@ -39,4 +39,5 @@ def case(world_size: int = 2) -> Case:
                 world_size=world_size, name="sp_layernorm_wrong_shard",
                 meta={"source": "Megatron SP LayerNorm",
                       "bug_op": "aten.slice", "bug_node": "slice_2", "bug_ranks": list(range(1, world_size)),
-                      "bug": "wrong-shard-offset"})
+                      "bug": "wrong-shard-offset",
+                      "hint": r"offset", "bug_line": "narrow(0"})

@@ -31,4 +31,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="tokenspeed_80_full_mlp_summed",
                 meta={"source": "tokenspeed PR 80 (full MLP per rank all-reduced as if partial)",
                       "bug_op": "_c10d_functional.all_reduce", "bug_node": "all_reduce", "bug_ranks": "all",
-                      "bug": "reduced-twice"})
+                      "bug": "reduced-twice",
+                      "hint": r"remove the extra all_reduce"})

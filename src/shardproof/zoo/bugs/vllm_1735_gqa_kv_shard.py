@@ -30,4 +30,5 @@ def case(world_size: int = 4) -> Case:
                 meta={"source": "vLLM issue 1735 (GQA, tp > KV heads, wrong KV shard)",
                       "bug_op": "aten._scaled_dot_product_flash_attention_for_cpu",
                       "bug_node": "_scaled_dot_product_flash_attention_for_cpu", "bug_ranks": [1, 2],
-                      "bug": "wrong-shard-offset"})
+                      "bug": "wrong-shard-offset",
+                      "hint": r"shard", "bug_line": "scaled_dot_product_attention"})

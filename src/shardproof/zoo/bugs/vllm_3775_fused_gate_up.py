@@ -54,4 +54,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(4, HIDDEN)}, world_size=world_size, name="vllm_3775_fused_gate_up",
                 meta={"source": "vLLM issue 3775 (gate/up sharded as one tensor)",
                       "bug_op": "aten.silu", "bug_node": "silu",
-                      "bug_ranks": list(range(world_size // 2, world_size)), "bug": "wrong-shard-offset"})
+                      "bug_ranks": list(range(world_size // 2, world_size)), "bug": "wrong-shard-offset",
+                      "hint": r"section|shard", "bug_line": "F.silu(gate)"})

@@ -27,4 +27,5 @@ def case(world_size: int = 2) -> Case:
                 inputs={"x": torch.randn(BATCH, SEQ, HIDDEN)}, world_size=world_size,
                 name="wrong_slice_offset",
                 meta={"source": "Aerify: slice offset",
-                      "bug_op": "aten.slice", "bug_node": "slice_1", "bug_ranks": [1], "bug": "wrong-shard-offset"})
+                      "bug_op": "aten.slice", "bug_node": "slice_1", "bug_ranks": [1], "bug": "wrong-shard-offset",
+                      "hint": r"offset", "bug_line": "self.rope_cos[p:p + s]"})

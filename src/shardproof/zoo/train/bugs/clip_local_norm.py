@@ -18,4 +18,5 @@ def case(world_size: int = 2):
     return mlp_case(world_size, dp=1, model=LocalNormClip, name="clip_local_norm",
                     meta={"source": "torchtitan issue 596",
                           "bug_op": "aten.add", "bug_ranks": "all", "bug": "missing-gradient-reduction",
+                          "hint": r"all_reduce",
                           "bug_node": "add_11", "bug_source": "clip_local_norm.py:14"})

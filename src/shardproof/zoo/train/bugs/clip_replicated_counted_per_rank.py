@@ -20,4 +20,5 @@ def case(world_size: int = 2):
     return mlp_case(world_size, dp=1, model=ReplicatedCountedPerRank, name="clip_replicated_counted_per_rank",
                     meta={"source": "grad norm, replicated x tp",
                           "bug_op": "aten.add", "bug_ranks": "all", "bug": "replicated-counted-per-rank",
+                          "hint": r"one rank only",
                           "bug_node": "add_11", "bug_source": "clip_replicated_counted_per_rank.py:15"})

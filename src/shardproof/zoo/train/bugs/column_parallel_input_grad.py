@@ -17,4 +17,5 @@ def case(world_size: int = 2):
     return gpt2_case(world_size, dp=1, model=MissingInputGradAllReduce, name="column_parallel_input_grad",
                      meta={"source": "Megatron f operator backward",
                            "bug_op": "aten.native_layer_norm_backward", "bug_ranks": "all", "bug": "missing-gradient-reduction",
+                           "hint": r"all_reduce.*backward", "bug_line": "self.ln_2(x)",
                            "bug_node": "native_layer_norm_backward", "bug_source": "gpt2_block.py"})

@@ -18,4 +18,5 @@ def case(world_size: int = 2):
     return bucket_case(world_size, dp=2, model=RegistrationOrderOffsets, name="ddp_bucket_wrong_offsets",
                        meta={"source": "DDP bucket unflattening (offsets out of step with the flattening order)",
                              "bug_op": "aten.slice", "bug_ranks": "all", "bug": "wrong-shard-offset",
+                             "hint": r"offset", "bug_line": "flat[start:end]",
                              "bug_node": "slice_3", "bug_source": "ddp_bucket_train.py"})

@@ -26,4 +26,5 @@ def case(world_size: int = 2):
     return averaged_case(world_size, model=GradientsNotDivided, name="deepspeed_5248_sp_grad_not_divided",
                          meta={"source": "DeepSpeed issue 5248",
                                "bug_op": "aten.copy", "bug_ranks": "all", "bug": "scaling-mismatch",
+                               "hint": r"scale factor", "bug_line": "dist.all_reduce(t, op=op, group=group)",
                                "bug_node": "copy_1", "bug_source": "mini_megatron.py"})

@@ -23,4 +23,5 @@ def case(world_size: int = 4):
                     name="dp_double_average",
                     meta={"source": "double loss scaling",
                           "bug_op": "_c10d_functional.all_reduce", "bug_ranks": "all", "bug": "wrong-reduce-op",
+                          "hint": r"'sum', not 'avg'", "bug_line": "dist.all_reduce(t, op=op, group=group)",
                           "bug_node": "all_reduce_3", "bug_source": "mini_megatron.py"})

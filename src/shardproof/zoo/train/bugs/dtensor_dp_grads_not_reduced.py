@@ -17,4 +17,5 @@ def case(world_size: int = 4):
     return mlp_case(world_size, dp=2, model=GradsNotReducedOverDP, name="dtensor_dp_grads_not_reduced",
                     meta={"source": "DTensor TP x manual DP training loop",
                           "bug_op": "aten.mul", "bug_ranks": "all", "bug": "missing-gradient-reduction",
+                          "hint": r"all_reduce", "bug_line": "(g * g).sum()",
                           "bug_node": "mul_12", "bug_source": "mini_dtensor.py"})

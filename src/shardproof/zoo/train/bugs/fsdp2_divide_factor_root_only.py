@@ -24,5 +24,7 @@ def case(world_size: int = 2):
                      name="fsdp2_divide_factor_root_only",
                      meta={"source": "torchtitan: FSDP2 gradient division with global-token loss normalisation",
                            "bug_op": "_c10d_functional.reduce_scatter_tensor", "bug_ranks": "all",
-                           "bug": "wrong-reduce-op", "bug_node": "reduce_scatter_tensor",
+                           "bug": "wrong-reduce-op",
+                           "hint": r"'sum', not 'avg'", "bug_line": "mb_loss.backward()",
+                           "bug_node": "reduce_scatter_tensor",
                            "bug_source": "mini_fsdp.py:44"})

@@ -18,4 +18,5 @@ def case(world_size: int = 2):
     return mlp_case(world_size, dp=1, model=LossMeanPerMicrobatch, name="loss_mean_per_microbatch",
                     meta={"source": "HF transformers PR 34191",
                           "bug_op": "aten.div", "bug_ranks": "all", "bug": "wrong-normalization",
+                          "hint": r"global count",
                           "bug_node": "div", "bug_source": "loss_mean_per_microbatch.py:13"})

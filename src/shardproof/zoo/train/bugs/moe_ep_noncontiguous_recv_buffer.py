@@ -19,5 +19,7 @@ def case(world_size: int = 2):
     return moe_case(world_size, dp=1, model=EmptyLikeRecvBuffer, name="moe_ep_noncontiguous_recv_buffer",
                     meta={"source": "issue 14: all_to_all_single into a non-contiguous buffer",
                           "bug_op": "_c10d_functional.all_to_all_single", "bug_ranks": "all",
-                          "bug": "non-contiguous-buffer", "bug_node": "all_to_all_single_2",
+                          "bug": "non-contiguous-buffer",
+                          "hint": r"contiguous", "bug_line": "dist.all_to_all_single(out",
+                          "bug_node": "all_to_all_single_2",
                           "bug_source": "moe_ep_train.py"})

@@ -28,4 +28,5 @@ def case(world_size: int = 2):
                     name="moe_expert_grad_doubled_ep2",
                     meta={"source": "PyTorch issue 160285",
                           "bug_op": "aten.copy", "bug_ranks": "all", "bug": "scaling-mismatch",
+                          "hint": r"scale factor", "bug_line": "dist.all_reduce(t, op=op",
                           "bug_node": "copy_7", "bug_source": "mini_megatron.py"})

@@ -19,4 +19,5 @@ def case(world_size: int = 4):
                     name="moe_expert_grad_ep_times_too_large",
                     meta={"source": "DeepSpeed issue 6545",
                           "bug_op": "aten.div", "bug_ranks": "all", "bug": "scaling-mismatch",
+                          "hint": r"scale factor", "bug_line": "self.grad_divisor(n)",
                           "bug_node": "div_6", "bug_source": "moe_ep_train.py"})

@@ -20,4 +20,5 @@ def case(world_size: int = 4):
     return moe_case(world_size, dp=2, model=RouterGradNotReduced, name="moe_router_grad_not_reduced",
                     meta={"source": "Entangle: missing MoE router gradient all_reduce",
                           "bug_op": "aten.mul", "bug_ranks": [0, 2], "bug": "missing-gradient-reduction",
+                          "hint": r"all_reduce", "bug_line": "(g * g).sum()",
                           "bug_node": "mul_20", "bug_source": "mini_megatron.py"})

@@ -16,4 +16,5 @@ def case(world_size: int = 4):
     return averaged_case(world_size, model=WrongGroupSize, name="replicated_grad_wrong_group",
                          meta={"source": "DeepSpeed 6545 class",
                                "bug_op": "aten.div", "bug_ranks": "all", "bug": "scaling-mismatch",
+                               "hint": r"scale factor", "bug_line": "self.group_size(n)",
                                "bug_node": "div_9", "bug_source": "tp_mlp_train_averaged.py:22"})

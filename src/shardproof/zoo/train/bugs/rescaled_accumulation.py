@@ -17,4 +17,5 @@ def case(world_size: int = 2):
     return mlp_case(world_size, dp=1, model=RescaledAccumulation, name="rescaled_accumulation",
                     meta={"source": "torchtitan issue 1733",
                           "bug_op": "aten.div", "bug_ranks": "all", "bug": "scaling-mismatch",
+                          "hint": r"scale the whole once", "bug_line": "/ train.microbatches",
                           "bug_node": "div_2", "bug_source": "rescaled_accumulation.py:13"})

@@ -15,4 +15,5 @@ def case(world_size: int = 2):
     return sp_case(world_size, model=LayerNormGradNotReduced, name="sp_layernorm_grad_not_reduced",
                    meta={"source": "Megatron-LM issue 1446",
                          "bug_op": "aten.add", "bug_ranks": "all", "bug": "missing-gradient-reduction",
+                         "hint": r"all_reduce", "bug_line": "(g * g).sum()",
                          "bug_node": "add_13", "bug_source": "mini_megatron.py"})

@@ -20,4 +20,5 @@ def case(world_size: int = 2):
     return lm_case(world_size, dp=1, model=TiedOutputInputGradNotReduced, name="tied_output_input_grad_not_reduced",
                    meta={"source": "Entangle (tied vocab-parallel output layer, missing input-gradient all_reduce)",
                          "bug_op": "aten.mm", "bug_ranks": "all", "bug": "missing-gradient-reduction",
-                         "bug_node": "mm_4", "bug_source": "mini_megatron.py"})
+                         "hint": r"all_reduce.*backward", "bug_line": "self.fc2.weight",
+                         "bug_node": "mm_4", "bug_source": "vocab_parallel_lm_train.py:66"})  # fc2's forward line

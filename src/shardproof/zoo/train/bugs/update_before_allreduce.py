@@ -20,4 +20,5 @@ def case(world_size: int = 2):
     return mlp_case(world_size, dp=world_size, model=UpdateBeforeAllReduce, name="update_before_allreduce",
                     meta={"source": "VERDICT: step before reduce",
                           "bug_op": "aten.mul", "bug_ranks": "all", "bug": "missing-gradient-reduction",
+                          "hint": r"all_reduce", "bug_line": "(g * g).sum()",
                           "bug_node": "mul_12", "bug_source": "mini_megatron.py"})

@@ -31,4 +31,5 @@ def case(world_size: int = 4):
     return llama_case(world_size, dp=2, model=BrokenDataflow, name="verdict02_missing_allreduce_broken_dataflow",
                       meta={"source": "VERDICT repro 2: missing forward all_reduce, dataflow broken",
                             "bug_op": "aten.add", "bug_ranks": "all", "bug": "broken-dataflow",
+                            "hint": r"never written", "bug_line": "self.attention(self.attention_norm(x))",
                             "bug_node": "add_3", "bug_source": "llama_block.py"})

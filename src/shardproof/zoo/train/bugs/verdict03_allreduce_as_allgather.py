@@ -34,4 +34,5 @@ def case(world_size: int = 4):
                       meta={"source": "VERDICT repro 3: all_reduce replaced by all_gather",
                             "bug_op": "_c10d_functional.all_gather_into_tensor",
                             "bug_ranks": "all", "bug": "wrong-collective",
+                            "hint": r"all_reduce\(sum\)", "bug_line": "dist.all_gather_into_tensor(out",
                             "bug_node": "all_gather_into_tensor", "bug_source": "mini_megatron.py"})

@@ -34,4 +34,5 @@ def case(world_size: int = 2):
     return sp_case(world_size, model=AllReduceForAllGather, name="verdict04_allgather_as_allreduce",
                    meta={"source": "VERDICT repro 4: all_gather replaced by all_reduce (sequence-parallel all_gather)",
                          "bug_op": "_c10d_functional.all_reduce", "bug_ranks": "all", "bug": "wrong-collective",
+                         "hint": r"all_gather", "bug_line": "dist.all_reduce(t, op=op, group=group)",
                          "bug_node": "all_reduce_2", "bug_source": "mini_megatron.py"})

@@ -29,4 +29,5 @@ def case(world_size: int = 4):
     return llama_case(world_size, dp=2, model=MissingBackwardReduce, name="verdict05_missing_backward_reduce_fused_qkv",
                       meta={"source": "VERDICT repro 5: missing backward reduce in a fused op",
                             "bug_op": "aten.mul", "bug_ranks": "all", "bug": "missing-gradient-reduction",
+                            "hint": r"all_reduce.*backward", "bug_line": "+ eps) * weight",
                             "bug_node": "mul_29", "bug_source": "llama_block.py"})

@@ -21,4 +21,5 @@ def case(world_size: int = 4, model=EpsMutant, name="verdict07_eps_add_one_rank"
          source="VERDICT repro 7: single-rank constant mutant in add", ranks=(0,), kind="rank-specific-mismatch"):
     return llama_case(world_size, dp=2, model=model, name=name,
                       meta={"source": source, "bug_op": "aten.add", "bug_ranks": list(ranks), "bug": kind,
+                            "hint": r"constant arguments.*1e-05", "bug_line": "+ eps",
                             "bug_node": "add", "bug_source": "llama_block.py"})

@@ -28,4 +28,5 @@ def case(world_size: int = 4, model=PowMutant, name="verdict08_pow_one_rank",
          source="VERDICT repro 8: single-rank constant mutant in pow", ranks=(0,), kind="rank-specific-mismatch"):
     return llama_case(world_size, dp=2, model=model, name=name,
                       meta={"source": source, "bug_op": "aten.pow", "bug_ranks": list(ranks), "bug": kind,
+                            "hint": r"constant arguments.*has 2", "bug_line": "x.pow(1)",
                             "bug_node": "pow_1", "bug_source": "verdict08_pow_one_rank.py"})

@@ -30,4 +30,5 @@ def case(world_size: int = 4):
     return llama_case(world_size, dp=2, model=WrongFanOutBackward, name="verdict10_multiref_backward",
                       meta={"source": "VERDICT repro 10: fan-out (multiref) backward sums one gradient twice",
                             "bug_op": "aten.add", "bug_ranks": [2], "bug": "wrong-operand",
+                            "hint": r"wrong tensor",
                             "bug_node": "add_8", "bug_source": "verdict10_multiref_backward.py"})

@@ -43,4 +43,5 @@ def case(world_size: int = 4):
     return llama_case(world_size, dp=2, model=SwappedRopeBackward, name="verdict11_rope_backward_swapped",
                       meta={"source": "VERDICT repro 11: RoPE backward outputs swapped",
                             "bug_op": "aten.cat", "bug_ranks": [1], "bug": "wrong-operand",
+                            "hint": r"wrong order",
                             "bug_node": "cat_3", "bug_source": "verdict11_rope_backward_swapped.py"})

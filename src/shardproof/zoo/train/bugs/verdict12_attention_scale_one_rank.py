@@ -18,4 +18,5 @@ def case(world_size: int = 4):
                       meta={"source": "VERDICT repro 12: inconsistent attention scaling on one TP rank",
                             "bug_op": "aten._scaled_dot_product_flash_attention_for_cpu",
                             "bug_ranks": [0], "bug": "rank-specific-mismatch",
+                            "hint": r"scale = 0\.25", "bug_line": "F.scaled_dot_product_attention",
                             "bug_node": "_scaled_dot_product_flash_attention_for_cpu", "bug_source": "llama_block.py"})

@@ -17,4 +17,5 @@ def case(world_size: int = 4):
                       meta={"source": "VERDICT repro 13: inconsistent attention scaling on every TP rank",
                             "bug_op": "aten._scaled_dot_product_flash_attention_for_cpu",
                             "bug_ranks": "all", "bug": "value-mismatch",
+                            "hint": r"scale = 0\.5", "bug_line": "F.scaled_dot_product_attention",
                             "bug_node": "_scaled_dot_product_flash_attention_for_cpu", "bug_source": "llama_block.py"})

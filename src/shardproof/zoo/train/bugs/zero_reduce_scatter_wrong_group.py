@@ -18,4 +18,6 @@ def case(world_size: int = 4):
                      name="zero_reduce_scatter_wrong_group",
                      meta={"source": "ZeRO wrong group",
                            "bug_op": "_c10d_functional.reduce_scatter_tensor", "bug_ranks": "all",
-                           "bug": "wrong-group", "bug_node": "reduce_scatter_tensor", "bug_source": "mini_megatron.py"})
+                           "bug": "wrong-group",
+                           "hint": r"group", "bug_line": "dist.reduce_scatter_tensor(out",
+                           "bug_node": "reduce_scatter_tensor", "bug_source": "mini_megatron.py"})
