@@ -120,7 +120,7 @@ def lower_jax_case(case: Case, world_size: int | None, spec: dict, progress: Pro
     its ``in_specs`` imply fill `spec` where the user stated none."""
     from .frontends.jax_lower import JaxError, lower_case
     if progress:
-        progress("lowering the JAX programs")
+        progress("lowering the JAX programs", 0, 1)
     try:
         seq, graphs, values, implied = lower_case(case, world_size or case.world_size)
     except JaxError as exc:
