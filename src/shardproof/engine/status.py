@@ -55,10 +55,11 @@ def _tensor_vals(value) -> list:
 
 
 def positions_in(terms: TermStore, sval: Val, dval: Val) -> Optional[list]:
-    """Where `dval`'s elements sit inside `sval` (same term), per dim; None if not inside
-    (another term, or one of another rank: an op's output against its input)."""
+    """Where `dval`'s elements sit inside `sval` (same term, or one the caller knows has the
+    same index structure, e.g. a scaled copy), per dim; None if not inside or of another rank
+    (different dims: an op's output against its input)."""
     ts = terms.shape(sval.t)
-    if dval.t != sval.t or len(dval.vecs) != len(ts) or len(sval.vecs) != len(ts):
+    if len(dval.vecs) != len(ts) or len(sval.vecs) != len(ts):
         return None
     out = []
     for d in range(len(ts)):
