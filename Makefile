@@ -30,7 +30,7 @@ browser:
 	  echo "chromium could not be installed: the headless browser test will skip"
 
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'not slow'
