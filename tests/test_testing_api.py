@@ -90,7 +90,9 @@ def test_pytest_plugin_collects_case_files(tmp_path):
     wrong.write_text(f"import sys\nsys.path.insert(0, {os.path.dirname(BUG)!r})\n"
                      "from missing_allreduce import case as _case\n\n\ndef case(world_size=2):\n"
                      "    c = _case(world_size)\n    c.meta = {}\n    return c\n")
-    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}
+    # the plugin by name, entry points off: an installed package registers it (pytest11) and
+    # `-p` would register it twice; a checkout run from src/ has no entry point
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "shardproof.pytest_plugin", "--shardproof",
                            "-p", "no:cacheprovider", TP_MLP, BUG, str(tmp_path / "cases")], capture_output=True, text=True,
                           cwd=str(tmp_path), env=env, timeout=600)

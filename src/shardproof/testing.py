@@ -90,7 +90,7 @@ def _matches(f: Finding, at: str) -> bool:
     if where == at or where.endswith(("/" + at, os.sep + at)):
         return True
     file, _, line = where.rpartition(":")
-    if ":" not in at and os.path.basename(file) == at:
+    if os.path.basename(file) == (at[:-1] if at.endswith(":") else at):  # a file's name alone ("x.py" or "x.py:")
         return True
     a_file, _, a_line = at.rpartition(":")
     return bool(file and a_file) and line == a_line and os.path.abspath(file) == os.path.abspath(a_file)
