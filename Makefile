@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast harness bench mutants setup browser clean
+.PHONY: demo test test-all test-fast harness bench mutants setup browser clean
 
 setup: $(STAMP)
 
@@ -29,7 +29,12 @@ browser:
 	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1; }; }; } || \
 	  echo "chromium could not be installed: the headless browser test will skip"
 
+# everything but the sweeps (each repeats a fast representative test over every zoo case); < 20 min on 2 cores
 test: $(STAMP) browser
+	$(BIN)/python -m pytest -q --durations=15 -m 'not sweep'
+
+# everything, the sweeps too (about 40 min on 2 cores)
+test-all: $(STAMP) browser
 	$(BIN)/python -m pytest -q --durations=15
 
 test-fast: $(STAMP)

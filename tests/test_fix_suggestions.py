@@ -106,6 +106,7 @@ def test_proved_fix(name, klass):
 
 
 @pytest.mark.slow
+@pytest.mark.sweep
 @pytest.mark.parametrize("name,klass", SLOW)
 def test_proved_fix_sweep(name, klass):
     _check_fix(name, klass)

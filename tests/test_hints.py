@@ -36,7 +36,7 @@ def _params():
             if name.startswith("_") or name == "unknown_op":
                 continue
             slow = folder == TRAIN_BUGS and name not in FAST_TRAIN  # each a training step: seconds to minutes
-            out.append(pytest.param(name, id=name, marks=(pytest.mark.slow,) if slow else ()))
+            out.append(pytest.param(name, id=name, marks=(pytest.mark.slow, pytest.mark.sweep) if slow else ()))
     return out
 
 

@@ -111,6 +111,7 @@ def _zoo_bugs():
 
 
 @pytest.mark.slow
+@pytest.mark.sweep
 @pytest.mark.parametrize("path", _zoo_bugs())
 def test_every_zoo_bug_replays_to_a_difference(path, tmp_path):
     module_world = load_case(path).world_size
