@@ -83,3 +83,19 @@ def _reports_follow_the_schema(monkeypatch):
     made, _made[:] = list(_made), []
     for report in made:
         validate_report_json(to_json(report))
+
+
+def check_hint(finding, meta: dict) -> None:
+    """A zoo bug's first finding has a hint right for that bug (``meta["hint"]``, a regex it must
+    match; ``meta["hint_not"]``, one it must not) and sits on the bug's source line (the line
+    holds ``meta["bug_line"]``, by default the ``BUG`` marker)."""
+    import linecache
+    import re
+    assert "hint" in meta, "the bug's meta must state what a right hint mentions (meta['hint'])"
+    assert re.search(meta["hint"], finding.hint, re.I | re.S), (finding.kind, finding.hint)
+    if "hint_not" in meta:
+        assert not re.search(meta["hint_not"], finding.hint, re.I | re.S), finding.hint
+    assert finding.source, "the finding must carry the user's source line"
+    file, line = finding.source.split(" in ")[0].rsplit(":", 1)
+    text = linecache.getline(os.path.join(ROOT, file) if not os.path.isabs(file) else file, int(line)).strip()
+    assert meta.get("bug_line", "BUG") in text, (finding.source, text)

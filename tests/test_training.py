@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from conftest import ZOO
+from conftest import ZOO, check_hint
 
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
 
@@ -77,6 +77,7 @@ def test_training_bug_found(module):
     finding = report.findings[0]
     assert (finding.node, finding.op) == (meta["bug_node"], meta["bug_op"]), finding
     assert finding.source and meta["bug_source"] in finding.source, finding.source
+    check_hint(finding, meta)
 
 
 def test_sgd_with_momentum_and_loss_scaling_verified():

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from conftest import ZOO
+from conftest import ZOO, check_hint
 
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
 
@@ -53,7 +53,7 @@ def test_bug_found(module, world):
                               cross_check=True)
     finding = report.findings[0]
     assert (finding.node, finding.op) == (meta["bug_node"], meta["bug_op"]), finding
-    assert finding.source, "the finding must carry the user's source line"
+    check_hint(finding, meta)
 
 
 def test_unknown_op_is_unknown_not_verified():
