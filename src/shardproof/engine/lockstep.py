@@ -41,6 +41,46 @@ def is_collective(node: Node) -> bool:
     return bool(opdef and opdef.collective)
 
 
+def _is_p2p(node: Node) -> bool:
+    from ..ops.p2p import is_p2p
+    return is_p2p(node.op)
+
+
+def _where(node: Node) -> str:
+    if _is_p2p(node):
+        return f"{node.op.split('.')[-1]} with rank {node.args[1]} (tag {node.args[2]})"
+    return f"group {list(node.args[-1])}"
+
+
+def _p2p_step(r: int, node: Node, args: tuple, channels: dict):
+    """A send posts its value on channel (r, peer, tag) and goes on; a recv takes the first
+    value posted on (peer, r, tag), or blocks (None). A value whose shape or dtype is not the
+    receive buffer's: a mismatch naming both ends."""
+    peer, tag = int(node.args[1]), int(node.args[2])
+    if node.op.endswith("send"):
+        channels.setdefault((r, peer, tag), []).append((node, args[0]))
+        return args[0]
+    posted = channels.get((peer, r, tag))
+    if not posted:
+        return None
+    send, value = posted.pop(0)
+    if (send.type.shape, send.type.dtype) != (node.type.shape, node.type.dtype):
+        return CollectiveMismatch([peer, r], [send, node], f"rank {peer} sends {send.type} ({send.name}) to rank {r}, "
+                                  f"which receives it into {node.type} ({node.name}) on tag {tag}",
+                                  "p2p-mismatch", "make the receive buffer's shape and dtype those of the tensor sent")
+    return value
+
+
+def _unreceived(channels: dict) -> CollectiveMismatch | None:
+    for (src, dst, tag), posted in sorted(channels.items()):
+        if posted:
+            send = posted[0][0]
+            return CollectiveMismatch([src], [send], f"rank {src} sends {send.name} to rank {dst} on tag {tag}, "
+                                      f"which never receives it", "p2p-mismatch",
+                                      "pair every send with a recv on the peer (same peer, tag and order)")
+    return None
+
+
 def _match(group: tuple, nodes: list[Node], args: list[tuple]) -> tuple | str:
     """The arguments after the first that the collective's rule receives, or why the
     members' calls do not pair up (different collectives, or arguments that must agree)."""
@@ -69,7 +109,7 @@ def run_lockstep(graphs: list[Graph], eval_node: Callable[[int, Node, dict], Any
     def rank_program(r: int):
         env = envs[r]
         for node in graphs[r].nodes:
-            if is_collective(node):
+            if is_collective(node) or _is_p2p(node):
                 env[node] = yield node, resolve(node.args, env)
             else:
                 env[node] = eval_node(r, node, env)
@@ -86,6 +126,7 @@ def run_lockstep(graphs: list[Graph], eval_node: Callable[[int, Node, dict], Any
         started.add(r)
 
     started: set[int] = set()
+    channels: dict = {}
     for r in range(len(graphs)):
         advance(r)
     while pending:
@@ -93,11 +134,21 @@ def run_lockstep(graphs: list[Graph], eval_node: Callable[[int, Node, dict], Any
         for r in sorted(pending):
             if r not in pending:
                 continue
-            node, _ = pending[r]
+            node, args = pending[r]
+            if _is_p2p(node):
+                out = _p2p_step(r, node, args, channels)
+                if isinstance(out, CollectiveMismatch):
+                    return LockstepResult(envs, out, order)
+                if out is not None:
+                    pending.pop(r)
+                    advance(r, out)
+                    progressed = True
+                continue
             group = tuple(node.args[-1])
             if r not in group:
                 return LockstepResult(envs, CollectiveMismatch([r], [node], f"rank {r} calls a collective on group {list(group)} that does not contain it"), order)
-            if not all(g in pending and tuple(pending[g][0].args[-1]) == group for g in group):
+            if not all(g in pending and not _is_p2p(pending[g][0]) and tuple(pending[g][0].args[-1]) == group
+                       for g in group):
                 continue
             members = [pending[g] for g in group]
             defective = [(g, m[0]) for g, m in zip(group, members) if m[0].defects]
@@ -117,5 +168,5 @@ def run_lockstep(graphs: list[Graph], eval_node: Callable[[int, Node, dict], Any
             blocked = sorted(pending)
             return LockstepResult(envs, CollectiveMismatch(blocked, [pending[r][0] for r in blocked],
                                   "collectives never complete (deadlock): " + ", ".join(
-                                      f"rank {r} waits in {pending[r][0].name} on group {list(pending[r][0].args[-1])}" for r in blocked)), order)
-    return LockstepResult(envs, None, order)
+                                      f"rank {r} waits in {pending[r][0].name} on {_where(pending[r][0])}" for r in blocked)), order)
+    return LockstepResult(envs, _unreceived(channels), order)

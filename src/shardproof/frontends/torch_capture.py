@@ -23,6 +23,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..ir.graph import Graph, Node, Source, TensorType
 from .torch_collectives import COLLECTIVE_PREFIXES, DEFECTS_META, functional_collectives
+from .torch_p2p import attach_events, recording as p2p_recording
 from .torch_libraries import library_tracing
 from .torch_decomp import capture_decompositions
 from .torch_placements import placement_specs, stated_relations
@@ -261,12 +262,13 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
         return [local_tensor(o) for o in outs.values()]
 
     try:
-        with functional_collectives(), user_stack_traces(), library_tracing():
+        with functional_collectives(), user_stack_traces(), library_tracing(), p2p_recording() as events:
             gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
                          decomposition_table=capture_decompositions(), record_stack_traces=True)(*inputs.values())
     except Exception as exc:
         raise trace_failure(f"tracing {label or 'the program'}", exc) from exc
     graph = from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
+    attach_events(graph, events, gm.graph)
     graph.stated = stated_relations(stated)
     return graph
 

@@ -259,11 +259,13 @@ _INPLACE = {
 def functional_collectives():
     """Route ``torch.distributed``'s in-place collectives to dataflow ops while tracing;
     ``make_fx`` would otherwise record them as opaque, mutating ``c10d`` ops."""
+    from .torch_p2p import functional_p2p
     saved = {name: getattr(dist, name) for name in _INPLACE if hasattr(dist, name)}
     try:
         for name in saved:
             setattr(dist, name, _functional(_INPLACE[name]))
-        yield
+        with functional_p2p():
+            yield
     finally:
         for name, fn in saved.items():
             setattr(dist, name, fn)

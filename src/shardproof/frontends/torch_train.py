@@ -29,6 +29,7 @@ from .torch_capture import (CaptureError, as_dtensor, dtensor_specs, fake_world,
 from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
 from .torch_libraries import library_tracing
 from .torch_decomp import capture_decompositions
+from .torch_p2p import attach_events, recording as p2p_recording
 
 STATE_SEP = ":"
 
@@ -227,7 +228,7 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
 
     try:
         with functional_collectives(), user_stack_traces(), fx_traceback.preserve_node_meta(), ForwardLines(), \
-                library_tracing(), fsdp_tracing() if fsdp else contextlib.nullcontext():
+                library_tracing(), fsdp_tracing() if fsdp else contextlib.nullcontext(), p2p_recording() as events:
             gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
                          decomposition_table=capture_decompositions(), record_stack_traces=True)(*inputs.values())
     except CaptureError:
@@ -235,6 +236,7 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
     except Exception as exc:
         raise trace_failure(f"tracing the training step of {label}", exc) from exc
     graph = from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
+    attach_events(graph, events, gm.graph)
     graph.stated = stated_relations(stated)
     graph.stated_inputs = stated_relations({n: spec[:2] for n, spec in specs.items()})
     return graph, inputs

@@ -106,6 +106,10 @@ class Graph:
     # placements); input name -> the one a DTensor parameter's placements state
     stated: dict = field(default_factory=dict)
     stated_inputs: dict = field(default_factory=dict)
+    # program order beside the dataflow (ir/events.py Event list: P2P issues and waits), and
+    # node name -> (pipeline stage, microbatch) where a pipeline schedule marked them
+    events: list = field(default_factory=list)
+    positions: dict = field(default_factory=dict)
 
     @property
     def inputs(self) -> list[Node]:

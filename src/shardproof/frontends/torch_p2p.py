@@ -1,0 +1,201 @@
+"""``torch.distributed``'s point-to-point ops routed to dataflow ops while tracing, and the
+rank's program order recorded beside the graph.
+
+``send``/``isend`` become ``shardproof_p2p.send(x, peer, tag)`` (its value: the tensor sent),
+``recv``/``irecv`` become ``shardproof_p2p.recv(buf, peer, tag)`` (its value: what arrives,
+copied into the buffer); ``batch_isend_irecv`` is its ops in list order. Peers are global
+ranks. Under the fake process group nothing arrives: the engine pairs each recv with the
+send on the peer of the same (source, destination, tag) channel, in order
+(:mod:`shardproof.engine.lockstep`), as c10d does. Async ops return a handle whose
+``wait()`` is recorded: every issue and wait is an :class:`~shardproof.ir.events.Event` of the
+rank's program order (``Graph.events``), with the handle, the buffer, the peer and the line.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+from torch import Tensor
+
+from ..ir.events import ISSUE, WAIT, Event
+from ..ir.graph import Graph, Source
+
+P2P_PREFIX = "shardproof_p2p."
+PIPELINE_META = "shardproof_pipeline"  # key in an fx node's meta["custom"]: (stage, microbatch)
+
+
+@torch.library.custom_op("shardproof_p2p::send", mutates_args=())
+def _send_op(x: Tensor, peer: int, tag: int) -> Tensor:
+    """Send `x` to global rank `peer`; its value is the tensor sent."""
+    return x.clone()
+
+
+@_send_op.register_fake
+def _(x, peer, tag):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("shardproof_p2p::recv", mutates_args=())
+def _recv_op(buf: Tensor, peer: int, tag: int) -> Tensor:
+    """What global rank `peer` sends on `tag` (shaped as `buf`)."""
+    return buf.clone()
+
+
+@_recv_op.register_fake
+def _(buf, peer, tag):
+    return torch.empty_like(buf)
+
+
+# ---------------------------------------------------------------- program order
+
+class _Recorder:
+    def __init__(self):
+        self.events: list[Event] = []
+        self.handles = itertools.count()
+        self.buffers: dict[int, tuple[str, object]] = {}  # id(tensor) -> (name, tensor kept alive)
+        self.where: tuple = (None, None)  # (stage, microbatch) being run, as the schedule says
+
+    def buffer(self, t) -> str:
+        if id(t) not in self.buffers:
+            self.buffers[id(t)] = (f"buf{len(self.buffers)}", t)
+        return self.buffers[id(t)][0]
+
+
+_recorder: _Recorder | None = None
+
+
+@contextlib.contextmanager
+def recording():
+    """Record the P2P events issued inside; yields their list (filled as they are issued)."""
+    global _recorder
+    saved, _recorder = _recorder, _Recorder()
+    try:
+        yield _recorder.events
+    finally:
+        _recorder = saved
+
+
+@contextlib.contextmanager
+def pipeline_position(stage: int | None, microbatch: int | None):
+    """Mark what runs inside as (stage, microbatch): the events, and every traced node
+    (its finding then names them)."""
+    from torch.fx import traceback as fx_traceback
+    rec = _recorder
+    saved = rec.where if rec else None
+    if rec:
+        rec.where = (stage, microbatch)
+    try:
+        with fx_traceback.preserve_node_meta(), fx_traceback.annotate({PIPELINE_META: (stage, microbatch)}):
+            yield
+    finally:
+        if rec:
+            rec.where = saved
+
+
+def _source() -> Source | None:
+    from .torch_capture import innermost_user_frame
+    frame = innermost_user_frame()
+    return None if frame is None else Source(frame.filename, frame.lineno, frame.name)
+
+
+def _record(kind: str, op: str = "", t=None, peer=None, tag=0, handle=None) -> None:
+    rec = _recorder
+    if rec is None:
+        return
+    stage, mb = rec.where
+    rec.events.append(Event(kind, op, handle=handle, buffer=None if t is None else rec.buffer(t), peer=peer,
+                            tag=tag, shape=None if t is None else tuple(t.shape),
+                            dtype=None if t is None else str(t.dtype).replace("torch.", ""),
+                            stage=stage, microbatch=mb, source=_source()))
+
+
+class P2PWork:
+    """The handle of an async P2P op: ``wait()`` is recorded (the value is already in place)."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def wait(self, *args, **kwargs):
+        _record(WAIT, handle=self.handle)
+        return True
+
+    def is_completed(self):
+        return True
+
+
+def _peer(group, peer, group_peer) -> int:
+    return c10d._canonicalize_group_rank(c10d._group_or_default_group(group), peer, group_peer, return_global=True)
+
+
+def _issue(op: str, tensor: Tensor, peer: int, tag: int, async_op: bool):
+    handle = next(_recorder.handles) if (async_op and _recorder) else None
+    _record(ISSUE, op, tensor, peer, tag, handle)
+    if op.endswith("send"):
+        torch.ops.shardproof_p2p.send(tensor, peer, tag)
+    else:
+        tensor.copy_(torch.ops.shardproof_p2p.recv(tensor, peer, tag))
+    return P2PWork(handle) if async_op else None
+
+
+def _send(tensor, dst=None, group=None, tag=0, group_dst=None):
+    _issue("send", tensor, _peer(group, dst, group_dst), tag, False)
+
+
+def _recv(tensor, src=None, group=None, tag=0, group_src=None):
+    peer = _peer(group, src, group_src)
+    _issue("recv", tensor, peer, tag, False)
+    return peer
+
+
+def _isend(tensor, dst=None, group=None, tag=0, group_dst=None):
+    return _issue("isend", tensor, _peer(group, dst, group_dst), tag, True)
+
+
+def _irecv(tensor, src=None, group=None, tag=0, group_src=None):
+    return _issue("irecv", tensor, _peer(group, src, group_src), tag, True)
+
+
+def _batch_isend_irecv(p2p_op_list):
+    """Each op in list order, one handle each (c10d coalesces them; the order of issue
+    within a batch does not matter to the pairing, which is per channel)."""
+    return [_issue("isend" if op.op in (_isend, _ORIGINAL.get("isend")) else "irecv", op.tensor, op.peer, op.tag, True)
+            for op in p2p_op_list]
+
+
+_P2P = {"send": _send, "recv": _recv, "isend": _isend, "irecv": _irecv, "batch_isend_irecv": _batch_isend_irecv}
+_ORIGINAL = {name: getattr(c10d, name) for name in _P2P}
+
+
+@contextlib.contextmanager
+def functional_p2p():
+    """Route the P2P ops (``torch.distributed`` and its c10d module, which ``P2POp`` checks
+    its op against) to dataflow ops while tracing."""
+    saved = [(m, name, getattr(m, name)) for m in (dist, c10d) for name in _P2P if hasattr(m, name)]
+    try:
+        for m, name, _ in saved:
+            setattr(m, name, _P2P[name])
+        yield
+    finally:
+        for m, name, fn in saved:
+            setattr(m, name, fn)
+
+
+def attach_events(graph: Graph, events: list[Event], fx_graph=None) -> Graph:
+    """Name each issue event's graph node (the k-th P2P node is the k-th issue: both are
+    in program order) and keep the events on the graph; with the fx graph, the (stage,
+    microbatch) of every node the schedule marked."""
+    p2p_nodes = iter([n for n in graph.nodes if n.op.startswith(P2P_PREFIX)])
+    named = []
+    for e in events:
+        if e.kind == ISSUE:
+            node = next(p2p_nodes, None)
+            e = Event(**{**e.__dict__, "node": node.name if node is not None else None})
+        named.append(e)
+    graph.events = named
+    if fx_graph is not None:
+        graph.positions = {n.name: n.meta["custom"][PIPELINE_META] for n in fx_graph.nodes
+                           if PIPELINE_META in n.meta.get("custom", {})}
+    return graph
