@@ -166,7 +166,14 @@ def run_lockstep(graphs: list[Graph], eval_node: Callable[[int, Node, dict], Any
             progressed = True
         if not progressed:
             blocked = sorted(pending)
-            return LockstepResult(envs, CollectiveMismatch(blocked, [pending[r][0] for r in blocked],
-                                  "collectives never complete (deadlock): " + ", ".join(
-                                      f"rank {r} waits in {pending[r][0].name} on {_where(pending[r][0])}" for r in blocked)), order)
+            message = "collectives never complete (deadlock): " + ", ".join(
+                f"rank {r} waits in {pending[r][0].name} on {_where(pending[r][0])}" for r in blocked)
+            stray = _unreceived(channels)
+            if any(_is_p2p(pending[r][0]) for r in blocked):  # a recv whose peer never sends
+                blocked = [r for r in blocked if _is_p2p(pending[r][0])]
+                return LockstepResult(envs, CollectiveMismatch(
+                    blocked, [pending[r][0] for r in blocked], message + (f"; {stray.message}" if stray else ""),
+                    "p2p-mismatch", "a recv waits for a send its peer never issues: check the peer ranks (and tags) "
+                    "of the point-to-point ops on both ends"), order)
+            return LockstepResult(envs, CollectiveMismatch(blocked, [pending[r][0] for r in blocked], message), order)
     return LockstepResult(envs, _unreceived(channels), order)

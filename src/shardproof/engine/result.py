@@ -21,6 +21,8 @@ class Finding:
     counterexample: dict | None = None
     counterpart: str | None = None  # the single-device tensor the finding's tensor should relate to
     fix: str | None = None  # a proved repair, as a one-line hunk against the user's source (engine/repair.py)
+    stage: int | None = None  # the pipeline stage and microbatch the node ran in (a pipeline schedule's finding)
+    microbatch: int | None = None
 
 
 @dataclass

@@ -29,6 +29,7 @@ from .numeric import check_evaluable, evaluate
 from .assumptions import input_breaches
 from .next_step import for_op, for_unproved
 from .numeric import derive as derive_numeric
+from .positions import name_positions
 from .result import Finding, OutputCheck, Report
 from .status import VIEW_TERMS, Related, _diagonal, _status, _tensor_vals, in_order, positions_in
 from .symbolic import SymbolicRun, derive, interpret
@@ -328,6 +329,7 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
 
     def finish(status: str, **kw) -> Report:
         report.status = status
+        name_positions(report.findings, dist)
         for k, v in kw.items():
             setattr(report, k, v)
         if views:
