@@ -65,9 +65,10 @@ def _p2p_step(r: int, node: Node, args: tuple, channels: dict):
         return None
     send, value = posted.pop(0)
     if (send.type.shape, send.type.dtype) != (node.type.shape, node.type.dtype):
-        return CollectiveMismatch([peer, r], [send, node], f"rank {peer} sends {send.type} ({send.name}) to rank {r}, "
-                                  f"which receives it into {node.type} ({node.name}) on tag {tag}",
-                                  "p2p-mismatch", "make the receive buffer's shape and dtype those of the tensor sent")
+        return CollectiveMismatch([peer, r], [send, node], f"rank {peer} sends {send.type.numel} {send.type.dtype} "
+                                  f"elements ({send.name}) to rank {r}, which receives {node.type.numel} "
+                                  f"{node.type.dtype} elements ({node.name}) on tag {tag}",
+                                  "p2p-mismatch", "make the receive buffer as large as the tensor sent, and of its dtype")
     return value
 
 

@@ -133,10 +133,12 @@ def _peer(group, peer, group_peer) -> int:
 def _issue(op: str, tensor: Tensor, peer: int, tag: int, async_op: bool):
     handle = next(_recorder.handles) if (async_op and _recorder) else None
     _record(ISSUE, op, tensor, peer, tag, handle)
+    # on the wire a tensor is its elements in order (c10d checks count and dtype, not shape):
+    # a recv into a buffer of another shape with as many elements reads them in that shape
     if op.endswith("send"):
-        torch.ops.shardproof_p2p.send(tensor, peer, tag)
+        torch.ops.shardproof_p2p.send(tensor.reshape(-1), peer, tag)
     else:
-        tensor.copy_(torch.ops.shardproof_p2p.recv(tensor, peer, tag))
+        tensor.copy_(torch.ops.shardproof_p2p.recv(tensor.reshape(-1), peer, tag).view(tensor.shape))
     return P2PWork(handle) if async_op else None
 
 

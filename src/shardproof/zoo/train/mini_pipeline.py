@@ -172,7 +172,8 @@ class PipelineTraining(nn.Module):
             with pipeline_position(stage, i):
                 out = self.forward_step(i, self.recv_forward(shape), total_tokens)
                 self.send_forward(out)
-        x = self.recv_forward(shape) if m > warmup else None
+        with pipeline_position(stage, warmup):
+            x = self.recv_forward(shape) if m > warmup else None
         for k in range(m - warmup):
             i = warmup + k
             with pipeline_position(stage, i):
