@@ -170,6 +170,14 @@ def test_pipeline_mlp_verified_on_other_meshes(world, pp):
     assert report.status == "verified", (report.reason, report.findings[:1])
 
 
+@pytest.mark.sweep
+def test_pipeline_llama_pp2_verified():
+    """Two Llama blocks, one per stage, 1F1B over 4 microbatches (about a minute on 2 cores)."""
+    case = importlib.import_module("pipeline_llama_1f1b").case(2)
+    report = verify_prepared(prepare(case, 2), fixes=False)
+    assert report.status == "verified", (report.reason, report.findings[:1])
+
+
 def _gloo_label(path: str, world: int) -> str:
     """'correct' when every rank's gradients equal the single-device ones on gloo, 'hangs' when
     a rank fails (a P2P that never completes), else 'wrong'."""
@@ -183,12 +191,13 @@ def _gloo_label(path: str, world: int) -> str:
 
 @pytest.mark.sweep
 @pytest.mark.parametrize("name,world,label", [("pipeline_mlp_1f1b", 2, "correct"), ("pipeline_mlp_1f1b", 4, "correct"),
+                                              ("pipeline_llama_1f1b", 2, "correct"),
                                               ("pipeline_microbatch_order_swapped", 2, "wrong"),
                                               ("pipeline_peer_off_by_one", 4, "hangs"),
                                               ("verdict06_pipeline_rank_mapping", 4, "wrong"),
                                               ("verdict14_reducer_before_last_microbatch", 4, "wrong")])
 def test_gloo_labels(name, world, label):
-    folder = TRAIN if name == "pipeline_mlp_1f1b" else os.path.join(TRAIN, "bugs")
+    folder = TRAIN if name.endswith("_1f1b") else os.path.join(TRAIN, "bugs")
     assert _gloo_label(os.path.join(folder, name + ".py"), world) == label
 
 
