@@ -63,7 +63,7 @@ def test_program_order_events_issue_then_wait(pp2):
     log = EventLog([g.events for g in prepared.dist.graphs])
     for rank, events in enumerate(log.ranks):
         graph = prepared.dist.graphs[rank]
-        issues = log.issues(rank)
+        issues = log.p2p(rank)
         assert len(issues) == 8  # 4 activations one way, 4 gradients the other
         assert {e.op for e in issues} == {"isend", "irecv"} and {e.peer for e in issues} == {1 - rank}
         assert all(graph.node(e.node).op == f"shardproof_p2p.{e.op[1:]}" for e in issues)
@@ -72,8 +72,21 @@ def test_program_order_events_issue_then_wait(pp2):
             at = events.index(e)
             waits = [i for i, w in enumerate(events) if w.kind == WAIT and w.handle == e.handle]
             assert len(waits) == 1 and waits[0] > at
-    first = [e.op for e in log.of(1) if e.kind == ISSUE][:2]
+    first = [e.op for e in log.p2p(1)][:2]
     assert first == ["irecv", "isend"]  # the last stage receives microbatch 0, then sends its gradient back
+
+
+def test_collectives_are_events_too(pp2):
+    """Collectives issued through torch.distributed are events of the program order as well
+    (op, group as global ranks, their graph node), among the P2P ones in issue order."""
+    prepared, _ = pp2
+    graph = prepared.dist.graphs[1]
+    collectives = [e for e in graph.events if e.kind == ISSUE and e.peer is None]
+    assert [e.op for e in collectives].count("broadcast") == 9  # 8 gradients and the loss, over the pp group
+    assert all(graph.node(e.node).op.endswith(e.op) for e in collectives)
+    assert {e.group for e in collectives if e.op == "broadcast"} == {(0, 1)}
+    ops = [e.op for e in graph.events if e.kind == ISSUE]
+    assert ops.index("irecv") < ops.index("broadcast")  # program order: the schedule, then the publication
 
 
 def test_stage_positions_on_nodes(pp2):

@@ -112,22 +112,16 @@ def _defects_on_nodes(defects: list):
         yield
 
 
-class _Done:
-    """The work handle returned for ``async_op=True`` (the value is already in place)."""
-
-    def wait(self, *args, **kwargs):
-        return True
-
-    def is_completed(self):
-        return True
-
-
-def _functional(result_of: Callable) -> Callable:
+def _functional(result_of: Callable, name: str = "") -> Callable:
+    """The collective traced; its issue (and, async, the handle whose ``wait()`` is recorded)
+    is an event of the rank's program order (torch_p2p.record_collective)."""
+    from .torch_p2p import record_collective
     fc = torch.ops._c10d_functional
 
     def wrap(*args, async_op: bool = False, **kwargs):
+        work = record_collective(name, args[0] if args else None, kwargs.get("group"), async_op)
         result_of(fc, *args, **kwargs)
-        return _Done() if async_op else None
+        return work
     return wrap
 
 
@@ -263,7 +257,7 @@ def functional_collectives():
     saved = {name: getattr(dist, name) for name in _INPLACE if hasattr(dist, name)}
     try:
         for name in saved:
-            setattr(dist, name, _functional(_INPLACE[name]))
+            setattr(dist, name, _functional(_INPLACE[name], name))
         with functional_p2p():
             yield
     finally:

@@ -113,7 +113,7 @@ def _record(kind: str, op: str = "", t=None, peer=None, tag=0, handle=None) -> N
 
 
 class P2PWork:
-    """The handle of an async P2P op: ``wait()`` is recorded (the value is already in place)."""
+    """The handle of an async P2P op or collective: ``wait()`` is recorded (the value is already in place)."""
 
     def __init__(self, handle: int):
         self.handle = handle
@@ -124,6 +124,18 @@ class P2PWork:
 
     def is_completed(self):
         return True
+
+
+def record_collective(op: str, tensor, group, async_op: bool):
+    """Record a collective's issue on the rank's program order (its group as global ranks);
+    returns its work handle when async (None otherwise)."""
+    handle = next(_recorder.handles) if (async_op and _recorder) else None
+    if _recorder is not None:
+        ranks = tuple(dist.get_process_group_ranks(group or dist.group.WORLD))
+        t = tensor if isinstance(tensor, Tensor) else None
+        _record(ISSUE, op, t, handle=handle)
+        _recorder.events[-1] = Event(**{**_recorder.events[-1].__dict__, "group": ranks})
+    return P2PWork(handle) if async_op else None
 
 
 def _peer(group, peer, group_peer) -> int:
@@ -189,11 +201,16 @@ def attach_events(graph: Graph, events: list[Event], fx_graph=None) -> Graph:
     """Name each issue event's graph node (the k-th P2P node is the k-th issue: both are
     in program order) and keep the events on the graph; with the fx graph, the (stage,
     microbatch) of every node the schedule marked."""
+    from ..ops.registry import lookup
     p2p_nodes = iter([n for n in graph.nodes if n.op.startswith(P2P_PREFIX)])
+    collective_nodes = [n for n in graph.nodes if getattr(lookup(n.op), "collective", False)]
+    collective_events = [e for e in events if e.kind == ISSUE and e.peer is None]
+    # collectives made without a c10d call (DTensor's) have no event: then name none of them
+    collective_nodes = iter(collective_nodes if len(collective_nodes) == len(collective_events) else [])
     named = []
     for e in events:
         if e.kind == ISSUE:
-            node = next(p2p_nodes, None)
+            node = next(p2p_nodes if e.peer is not None else collective_nodes, None)
             e = Event(**{**e.__dict__, "node": node.name if node is not None else None})
         named.append(e)
     graph.events = named

@@ -70,3 +70,7 @@ class EventLog:
 
     def issues(self, rank: int, op_prefix: str = "") -> list[Event]:
         return [e for e in self.ranks[rank] if e.kind == ISSUE and e.op.startswith(op_prefix)]
+
+    def p2p(self, rank: int) -> list[Event]:
+        """Rank `rank`'s point-to-point issues (those with a peer), in order."""
+        return [e for e in self.ranks[rank] if e.kind == ISSUE and e.peer is not None]
