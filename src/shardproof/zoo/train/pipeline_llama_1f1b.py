@@ -15,5 +15,5 @@ WORLD_SIZES = (2,)
 
 def case(world_size: int = 2, **kw):
     return pipeline_case(world_size, blocks=lambda: [LlamaBlock(HIDDEN, HEADS, KV_HEADS, FFN) for _ in range(2)],
-                         batch=regression_batch(BATCH, SEQ, HIDDEN), name="pipeline_llama_1f1b",
+                         batch=lambda: regression_batch(BATCH, SEQ, HIDDEN), name="pipeline_llama_1f1b",
                          meta={"source": "Megatron-style 1F1B pipeline of Llama blocks (batch_isend_irecv)"}, **kw)

@@ -18,10 +18,11 @@ TRAIN = Train(loss=token_mean_loss, microbatches=4)
 
 def case(world_size: int = 2, pp: int | None = None, model=PipelineTraining, name="pipeline_mlp_1f1b",
          meta=None, blocks=None, batch=None) -> Case:
+    """`blocks`, `batch`: factories of the blocks and the data (called after seeding)."""
     torch.manual_seed(0)
     pp = pp or world_size
     full = Stack(blocks() if blocks else [mlp_block(HIDDEN) for _ in range(LAYERS)])
     return Case(single=full, distributed=lambda rank, world: model(full, rank, world, pp),
-                inputs=batch or regression_batch(BATCH, SEQ, HIDDEN), dist_inputs=pipeline_inputs(pp),
+                inputs=batch() if batch else regression_batch(BATCH, SEQ, HIDDEN), dist_inputs=pipeline_inputs(pp),
                 world_size=world_size, train=TRAIN, name=name,
                 meta=meta or {"source": "Megatron-style 1F1B pipeline (batch_isend_irecv)"})
