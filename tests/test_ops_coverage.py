@@ -77,4 +77,20 @@ def test_ops_subcommand_lists_coverage(capsys):
     assert sorted(data["core_aten_missing"]) == sorted(_allowed())
     assert main(["ops", "--missing-core"]) == 0
     lines = capsys.readouterr().out.split()
-    assert "aten.convolution" in lines and "aten.cumsum" not in lines
+    assert sorted(op for op in lines if op.startswith("aten.")) == sorted(_allowed())
+    assert "aten.convolution" not in lines and "aten.cumsum" not in lines
+
+
+def test_unknown_by_design_ops_give_their_reason():
+    """Data-dependent and symbolic ops: a declared check names the reason (unknown, never a crash)."""
+    from shardproof.ir.graph import Node, TensorType
+    from shardproof.ops.coverage import UNKNOWN_BY_DESIGN
+    from shardproof.ops.registry import failed_check
+    load_builtin()
+    x = Node("x", "input", type=TensorType((2, 3), "f32"))
+    for op in UNKNOWN_BY_DESIGN:
+        args = (x, [4, 3]) if op == "aten.resize_" else (x,)
+        reason = failed_check(REGISTRY[op], Node("n", op, args, {}, None))
+        assert reason and reason.startswith(op), (op, reason)
+    same = Node("n", "aten.resize_", (x, [2, 3]), {}, TensorType((2, 3), "f32"))
+    assert failed_check(REGISTRY["aten.resize_"], same) is None  # to its own size: the identity
