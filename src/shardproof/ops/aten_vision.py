@@ -63,6 +63,8 @@ def lead_through(ctx: RuleCtx, op: str, attrs: tuple, vals: Sequence[Val], lead:
     vals = [layout.materialize(terms, v, _rest(len(v.vecs), lead)) for v in vals]
     for d in range(lead):
         vals = align_dims(terms, vals, [d] * len(vals))
+    if len({layout.shape_of(terms, v)[:lead] for v in vals}) > 1:
+        raise ValueError(f"{op}: the operands' leading dims differ")
     whole = [layout.materialize(terms, w) for w in whole if isinstance(w, Val)]
     children = tuple(v.t for v in vals) + tuple(w.t for w in whole)
     ref = vals[0] if vals else None
