@@ -176,12 +176,12 @@ def _held(terms, v: Val, groups: int, weight: bool = False) -> Val:
 
 
 def _bias_add(ctx: RuleCtx, out: Val, bias) -> Val:
+    """``out + bias.view(1, -1, 1, ...)``, built as aten.add of that view builds it (so a program
+    adding the bias after an all_reduce of the partial sums builds the same term)."""
     if not isinstance(bias, Val):
         return out
-    b = bias
-    for _ in range(len(out.vecs) - 2):
-        b = layout.unsqueeze(ctx.terms, b, -1)
-    return compute.elementwise(ctx.terms, "add", template((out, b), {}), [out, b])
+    shape = (1, layout.shape_of(ctx.terms, bias)[0]) + (1,) * (len(out.vecs) - 2)
+    return compute.elementwise(ctx.terms, "add", (), [out, layout.reshape(ctx.terms, bias, shape)], commutative=True)
 
 
 def _conv_rule(ctx: RuleCtx, x: Val, w: Val, bias, stride, padding, dilation, transposed, output_padding, groups):
