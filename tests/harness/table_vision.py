@@ -145,6 +145,14 @@ def upsample_bilinear2d(draw, op):
     return Draw(op, {"x": x}, (T("x"), [_side(draw, 1, 7), _side(draw, 1, 7)], draw(st.booleans())))
 
 
+@entry(A + "upsample_bilinear2d_backward")
+def upsample_bilinear2d_backward(draw, op):
+    x = _image(draw, 2, lo=1, batched=True)
+    size, align = [_side(draw, 1, 7), _side(draw, 1, 7)], draw(st.booleans())
+    g = tensor(draw, tuple(x.shape[:2]) + tuple(size), dts=(x.dtype,))
+    return Draw(op, {"g": g}, lambda s: ((T("g"), size, list(s["g"][:2]) + list(x.shape[2:]), align), {}))
+
+
 @entry(A + "grid_sampler_2d")
 def grid_sampler_2d(draw, op):
     x = _image(draw, 2, lo=1)

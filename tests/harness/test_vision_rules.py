@@ -77,6 +77,9 @@ def test_fft_and_diagonal_pass_the_other_dims():
     assert check_rule(Draw("aten._fft_r2c", {"x": x}, (T("x"), [2], 0, True)), {"x": Shard(0)}, 2) == "checked"
     assert check_rule(Draw("aten.diagonal", {"x": x}, (T("x"), 0, 1, 2)), {"x": Shard(0)}, 2) == "checked"
     assert check_rule(Draw("aten.diagonal", {"x": x}, (T("x"), 0, 0, 1)), {"x": Shard(0)}, 2) == "unknown"
+    g = _r(2, 4, 6, 6)
+    up = Draw("aten.upsample_bilinear2d_backward", {"g": g}, lambda s: ((T("g"), [6, 6], list(s["g"][:2]) + [3, 3], False), {}))
+    assert check_rule(up, {"g": Shard(1)}, 2) == "checked"  # the input size's channel extent is local
 
 
 def test_the_harness_catches_a_conv_rule_that_forgets_the_input_channel_shard(monkeypatch):

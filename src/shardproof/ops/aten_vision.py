@@ -119,6 +119,18 @@ _declare_planes("max_pool2d_with_indices_backward", 2, 2, doc="gradient of max p
 _declare_planes("upsample_bilinear2d", 2, linear=True)
 
 
+def _upsample_backward_rule(ctx: RuleCtx, g: Val, output_size, input_size, *args):
+    """The input size's batch and channel extents are local: left out of the term (they pass)."""
+    lead = len(g.vecs) - 2
+    attrs = (freeze(output_size), freeze(list(input_size)[lead:])) + template(args, {})
+    return lead_through(ctx, "upsample_bilinear2d_backward", attrs, [g], lead)
+
+
+declare(T + "upsample_bilinear2d_backward", numerics=torch_kernel("upsample_bilinear2d_backward"),
+        rule=_upsample_backward_rule, doc="gradient of bilinear upsampling (batch and channel dims pass)")
+LINEARITY["upsample_bilinear2d_backward"] = "all"
+
+
 def _col2im_rule(ctx: RuleCtx, x: Val, *args):
     return lead_through(ctx, "col2im", template(args, {}), [x], len(x.vecs) - 2)
 
