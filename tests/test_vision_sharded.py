@@ -40,3 +40,25 @@ def test_vision_pair_verdict_matches_execution(executed, variant):
     else:
         assert report.status == "violation", (report.status, report.reason)
         assert report.findings[0].op in vision.BUG_OPS[variant], report.findings[0]
+
+
+@pytest.mark.sweep  # two training-step captures (~30 s each on a loaded machine): make test-all
+@pytest.mark.parametrize("name", ["cnn_dp_train", "cnn_dp_train_bug"])
+def test_cnn_data_parallel_training_step(name):
+    """DP training of a CNN: convolution, max pool, group norm and adaptive pool backwards give
+    partial sums over the batch shard that the gradient all_reduce completes (verified); one
+    gradient left un-reduced is a violation at the convolution_backward that made it. Labels:
+    the gradients of each gloo rank against the single device's."""
+    from gloo import training_gradients
+    path = os.path.join(CASES, f"{name}.py")
+    single, ranks = training_gradients(path, WORLD)
+    correct = all(isinstance(r, dict) and all(torch.allclose(r[n], g, atol=1e-5) for n, g in single.items())
+                  for r in ranks)
+    case = importlib.import_module(name).case(WORLD)
+    assert correct != case.meta["buggy"], f"label of {name} contradicted by gloo execution"
+    report = verify_prepared(prepare(case, WORLD))
+    if correct:
+        assert report.status == "verified", report.reason
+    else:
+        assert report.status == "violation", (report.status, report.reason)
+        assert report.findings[0].op == "aten.convolution_backward", report.findings[0]
