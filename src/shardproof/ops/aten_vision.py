@@ -103,16 +103,13 @@ def _declare_planes(name: str, nspatial: int, n_tensors: int = 1, doc: str = "",
 
 # ------------------------------------------------------------------ pooling and upsampling
 
-for _n in (1, 2, 3):
-    if _n != 1:
-        _declare_planes(f"avg_pool{_n}d", _n, linear=True)
-        _declare_planes(f"max_pool{_n}d_with_indices", _n, doc=f"max pooling over the last {_n} dims, "
-                        "values and (per-plane) indices")
-    else:
-        _declare_planes("avg_pool1d", 1, linear=True)
-        _declare_planes("adaptive_avg_pool1d", 1, linear=True)
+_declare_planes("avg_pool1d", 1, linear=True)
+_declare_planes("adaptive_avg_pool1d", 1, linear=True)
 for _n in (2, 3):
+    _declare_planes(f"avg_pool{_n}d", _n, linear=True)
     _declare_planes(f"_adaptive_avg_pool{_n}d", _n, linear=True)
+    _declare_planes(f"max_pool{_n}d_with_indices", _n, doc=f"max pooling over the last {_n} dims, values and "
+                    "(per-plane) indices")
 _declare_planes("avg_pool2d_backward", 2, 2)
 _declare_planes("_adaptive_avg_pool2d_backward", 2, 2)
 _declare_planes("max_pool2d_with_indices_backward", 2, 2, doc="gradient of max pooling (to the argmax positions)")
@@ -297,7 +294,7 @@ def _bn_train(ctx: RuleCtx, x: Val, w, b, rm, rv, momentum, eps) -> tuple:
     outs = [out] + stats
     for k, r in enumerate((rm, rv)):
         if len(out_shapes(ctx)) > 3 and isinstance(r, Val):  # the functional form's updated running stats
-            outs.append(compute.elementwise(terms, "batch_norm_running", (freeze(momentum), k), [r, stats[0]]))
+            outs.append(compute.elementwise(terms, "batch_norm_running", (freeze(momentum), k), [r, stats[k]]))
     return tuple(outs)
 
 
@@ -349,7 +346,8 @@ def _group_norm_backward_rule(ctx: RuleCtx, g: Val, x: Val, mean: Val, rstd: Val
     if output_mask[0] and shapes[0] is not None:
         outs[0] = lead_through(ctx, "group_norm_grad_input", attrs, vals, 1, whole=[w], shapes=[shapes[0]])[0]
     if output_mask[1] and shapes[1] is not None:
-        rows = lead_through(ctx, "group_norm_grad_weight_rows", attrs, vals, 1, shapes=[(shapes[0][0],) + tuple(shapes[1])])[0]
+        rows_shape = (layout.shape_of(terms, g)[0],) + tuple(shapes[1])
+        rows = lead_through(ctx, "group_norm_grad_weight_rows", attrs, vals, 1, shapes=[rows_shape])[0]
         outs[1] = compute.reduction(terms, "sum", (), rows, [0], False, combinable=True)
     if output_mask[2] and shapes[2] is not None:
         outs[2] = compute.reduction(terms, "sum", (), g, [0] + _spatial(g), False, combinable=True)
