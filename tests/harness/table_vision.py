@@ -27,9 +27,15 @@ def _image(draw, nsp, lo=2, batched=True, **kw):
 
 
 def _conv_config(draw):
+    """(x, w, out channels, params); a depthwise config (groups = channels, one filter each) half
+    the time: its local programs pass their own channel count as groups (see _groups)."""
     nsp = draw(st.integers(1, 2))
-    n, g = _side(draw, 1, 3), draw(st.sampled_from([1, 1, 2]))
-    cin, cout = g * _side(draw, 1, 2), g * _side(draw, 1, 2)
+    n, g = _side(draw, 1, 3), draw(st.sampled_from([1, 1, 2, "depthwise", "depthwise"]))
+    if g == "depthwise":
+        g = _side(draw, 1, 4)
+        cin = cout = g
+    else:
+        cin, cout = g * _side(draw, 1, 2), g * _side(draw, 1, 2)
     k = [_side(draw, 1, 3) for _ in range(nsp)]
     sp = [k[i] + _side(draw, 0, 3) for i in range(nsp)]
     dilation, transposed = [1] * nsp, draw(st.booleans())
@@ -42,14 +48,24 @@ def _conv_config(draw):
     return x, w, cout, params
 
 
+def _groups(params, x, w, shapes):
+    """A depthwise convolution's rank passes its local channel count as groups."""
+    groups, local = params[5], list(params)
+    if groups > 1 and x.shape[1] == groups and w.shape[0] == groups and w.shape[1] == 1:
+        local[5] = shapes["x"][1]
+    return local
+
+
 @entry(A + "convolution")
 def convolution(draw, op):
     x, w, cout, params = _conv_config(draw)
     inputs = {"x": x, "w": w}
     if draw(st.booleans()):
         inputs["b"] = tensor(draw, (cout,), dts=(x.dtype,))
-    args = (T("x"), T("w"), T("b") if "b" in inputs else None, *params)
-    return Draw(op, inputs, args, shard={"x": [0, 1], "w": [0, 1], "b": [0]})
+
+    def build(shapes):
+        return (T("x"), T("w"), T("b") if "b" in inputs else None, *_groups(params, x, w, shapes)), {}
+    return Draw(op, inputs, build, shard={"x": [0, 1], "w": [0, 1], "b": [0]})
 
 
 @entry(A + "convolution_backward")
@@ -60,9 +76,10 @@ def convolution_backward(draw, op):
     mask = [draw(st.booleans()), True, draw(st.booleans())]
 
     def build(shapes):
-        transposed, groups = params[3], params[5]
-        local_out = shapes["w"][1] * groups if transposed else shapes["w"][0]
-        return (T("g"), T("x"), T("w"), [local_out], *params, mask), {}
+        transposed = params[3]
+        local = _groups(params, x, w, shapes)
+        local_out = shapes["w"][1] * local[5] if transposed else shapes["w"][0]
+        return (T("g"), T("x"), T("w"), [local_out], *local, mask), {}
     return Draw(op, {"g": g, "x": x, "w": w}, build, shard={"g": [0, 1], "x": [0, 1], "w": [0, 1]})
 
 

@@ -93,3 +93,17 @@ def test_the_harness_catches_a_conv_rule_that_forgets_the_input_channel_shard(mo
     d = Draw("aten.convolution", {"x": X, "w": W}, (T("x"), T("w"), None) + CONV[3:])
     with pytest.raises(AssertionError, match="claims term"):
         check_rule(d, {"x": Shard(1), "w": Shard(1)}, 2)
+
+
+def test_depthwise_convolution_passes_a_channel_shard():
+    """groups = channels, one filter each: every rank passes its own channel count as groups."""
+    x, w, b = _r(2, 6, 5, 5), _r(6, 1, 3, 3), _r(6)
+    d = Draw("aten.convolution", {"x": x, "w": w, "b": b},
+             lambda s: ((T("x"), T("w"), T("b"), [1, 1], [1, 1], [1, 1], False, [0, 0], s["x"][1]), {}))
+    assert check_rule(d, {"x": Shard(1), "w": Shard(0), "b": Shard(0)}, 2) == "checked"
+    g = _r(2, 6, 5, 5)
+    bw = Draw("aten.convolution_backward", {"g": g, "x": x, "w": w},
+              lambda s: ((T("g"), T("x"), T("w"), [s["w"][0]], [1, 1], [1, 1], [1, 1], False, [0, 0], s["x"][1],
+                          [True, True, True]), {}))
+    assert check_rule(bw, {"g": Shard(1), "x": Shard(1), "w": Shard(0)}, 3) == "checked"
+    assert check_rule(bw, {"g": Shard(0), "x": Shard(0), "w": Replicate()}, 2) == "checked"  # batch: partial sums

@@ -193,13 +193,40 @@ def _bias_add(ctx: RuleCtx, out: Val, bias) -> Val:
     return compute.elementwise(ctx.terms, "add", (), [out, layout.reshape(ctx.terms, bias, shape)], commutative=True)
 
 
-def _conv_rule(ctx: RuleCtx, x: Val, w: Val, bias, stride, padding, dilation, transposed, output_padding, groups):
-    """out[n, o] = bias[o] + sum_c contribution(x[n, c], w[o, c]) (w[c, o] when transposed)."""
+def _depthwise(terms, x: Val, w: Val, groups: int) -> bool:
+    """One group per channel, one filter per group (w [C, 1, k...]): channel c of the output reads
+    channel c of the input and filter c only, whatever the local number of groups."""
+    xs, ws = layout.shape_of(terms, x), layout.shape_of(terms, w)
+    return groups > 1 and xs[1] == groups and ws[0] == groups and ws[1] == 1
+
+
+def _dw_attrs(stride, padding, dilation, transposed, output_padding) -> tuple:
+    """The local group count (the local channels) is left out: the channel dim passes."""
+    return ("depthwise", freeze((stride, padding, dilation, bool(transposed), output_padding)))
+
+
+def _channelwise(ctx: RuleCtx, op: str, attrs: tuple, a: Val, b: Val, lead: int, tail) -> Val:
+    """``f(a[.., c], b[c])`` per channel c (a's dim `lead`, b's dim 0), a's dims before it passing
+    too: the channel selections of a and b aligned."""
     terms = ctx.terms
+    a = layout.materialize(terms, a, range(lead + 1, len(a.vecs)))
+    b = layout.materialize(terms, b, range(1, len(b.vecs)))
+    a, b = align_dims(terms, [a, b], [lead, 0])
+    shape = terms.shape(a.t)[:lead + 1] + tuple(tail)
+    return Val(terms.make(op, attrs, (a.t, b.t), shape), a.vecs[:lead + 1] + (None,) * len(tail))
+
+
+def _conv_rule(ctx: RuleCtx, x: Val, w: Val, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """out[n, o] = bias[o] + sum_c contribution(x[n, c], w[o, c]) (w[c, o] when transposed);
+    depthwise: out[n, c] = f(x[n, c], w[c]) (a channel shard of input and filters passes)."""
+    terms = ctx.terms
+    tail = ctx.node.type.shape[2:]
+    if _depthwise(terms, x, w, int(groups)):
+        attrs = _dw_attrs(stride, padding, dilation, transposed, output_padding)
+        return _bias_add(ctx, _channelwise(ctx, "conv_depthwise", attrs, x, w, 1, tail), bias)
     attrs = (freeze((stride, padding, dilation, bool(transposed), output_padding, int(groups))),)
     x, w = _held(terms, x, int(groups)), _held(terms, w, int(groups), weight=True)
     wc, wo = (0, 1) if transposed else (1, 0)
-    tail = ctx.node.type.shape[2:]
     if int(groups) != 1:  # the out channels: held whole by the materialized weight, local extent
         w = layout.materialize(terms, w)
         t = terms.make("conv_grouped", attrs, (x.t, w.t), (terms.shape(x.t)[0],) + tuple(ctx.node.type.shape[1:]))
@@ -223,6 +250,9 @@ def _conv_backward_rule(ctx: RuleCtx, g: Val, x: Val, w: Val, bias_sizes, stride
     groups = int(groups)
     attrs = (freeze((stride, padding, dilation, bool(transposed), output_padding, groups)),)
     shapes = out_shapes(ctx)
+    if _depthwise(terms, x, w, groups):
+        return _depthwise_backward(ctx, g, x, w, _dw_attrs(stride, padding, dilation, transposed, output_padding),
+                                   shapes, output_mask)
     g, x, w = _held(terms, g, groups), _held(terms, x, groups), _held(terms, w, groups, weight=True)
     wc, wo = (0, 1) if transposed else (1, 0)
     outs = [None, None, None]
@@ -241,6 +271,26 @@ def _conv_backward_rule(ctx: RuleCtx, g: Val, x: Val, w: Val, bias_sizes, stride
         else:
             keep = ((1, 1), (0, 1)) if transposed else ((0, 1), (1, 1))
             outs[1] = _contract(ctx, "conv_weight_terms", attrs, gw, xw, (0, 0), keep, shapes[1][2:])
+    if output_mask[2] and shapes[2] is not None:
+        outs[2] = compute.reduction(terms, "sum", (), g, [0] + _spatial(g), False, combinable=True)
+    return tuple(outs)
+
+
+def _depthwise_backward(ctx: RuleCtx, g: Val, x: Val, w: Val, attrs: tuple, shapes, output_mask) -> tuple:
+    """grad_input[n, c] = f(g[n, c], w[c]); grad_weight[c] = sum_n f(g[n, c], x[n, c]) (per-sample
+    rows summed: a batch shard is a partial sum); grad_bias[c] = sum of g[:, c]."""
+    terms = ctx.terms
+    outs = [None, None, None]
+    if output_mask[0] and shapes[0] is not None:
+        outs[0] = _channelwise(ctx, "conv_depthwise_input", attrs, g, w, 1, shapes[0][2:])
+    if output_mask[1] and shapes[1] is not None:
+        gx, xx = align_dims(terms, [layout.materialize(terms, g, _spatial(g)), layout.materialize(terms, x, _spatial(x))],
+                            [0, 0])
+        gx, xx = align_dims(terms, [gx, xx], [1, 1])
+        shape = terms.shape(gx.t)[:2] + tuple(shapes[1][1:])
+        rows = Val(terms.make("conv_depthwise_weight_rows", attrs, (gx.t, xx.t), shape),
+                   gx.vecs[:2] + (None,) * (len(shapes[1]) - 1))
+        outs[1] = compute.reduction(terms, "sum", (), rows, [0], False, combinable=True)
     if output_mask[2] and shapes[2] is not None:
         outs[2] = compute.reduction(terms, "sum", (), g, [0] + _spatial(g), False, combinable=True)
     return tuple(outs)

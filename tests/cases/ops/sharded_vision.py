@@ -12,7 +12,9 @@ Inputs: images ``x`` [4, 4, 8, 8]; conv weights ``w1`` [8, 4, 3, 3] (bias ``b1``
 - batch norm over a batch shard: statistics of the local samples only (bug), or the
   SyncBatchNorm way, local sums and sums of squares all-reduced (correct; the single device
   computes the same statistics over the whole batch);
-- spatial shards (rows of the image): a 3x3 conv or max pool without the neighbour rows (bug)."""
+- spatial shards (rows of the image): a 3x3 conv or max pool without the neighbour rows (bug);
+- depthwise conv (``wd`` [4, 1, 3, 3], groups = channels) over a channel shard of ``x`` and
+  the filters (correct), or with another rank's filters (bug)."""
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -69,8 +71,8 @@ def _conv_pool(x, w1, b1):
 
 # variant -> (single, per-rank program, how the inputs are split, buggy)
 VARIANTS = {
-    "data_parallel": (lambda x, w1, b1, w2, gamma, beta: net(x, w1, b1, w2, gamma, beta),
-                      lambda x, w1, b1, w2, gamma, beta: G(net(x, w1, b1, w2, gamma, beta)), {"x": 0}, False),
+    "data_parallel": (lambda x, w1, b1, w2, gamma, beta, **k: net(x, w1, b1, w2, gamma, beta),
+                      lambda x, w1, b1, w2, gamma, beta, **k: G(net(x, w1, b1, w2, gamma, beta)), {"x": 0}, False),
     "out_channels": (lambda x, w1, b1, **k: _conv_pool(x, w1, b1),
                      lambda x, w1, b1, **k: G(_conv_pool(x, w1, b1), 1), {"w1": 0, "b1": 0}, False),
     "in_channels": (lambda x, w1, b1, **k: F.conv2d(x, w1, b1, padding=1),
@@ -87,6 +89,12 @@ VARIANTS = {
                           lambda x, gamma, beta, **k: G(bn_synced(F.conv2d(x, k["w1"]), gamma, beta)), {"x": 0}, False),
     "conv_rows_no_halo": (lambda x, w1, b1, **k: F.conv2d(x, w1, b1, padding=1),
                           lambda x, w1, b1, **k: G(F.conv2d(x, w1, b1, padding=1), 2), {"x": 2}, True),
+    "depthwise_channels": (lambda x, wd, **k: F.conv2d(x, wd, padding=1, groups=x.shape[1]),
+                           lambda x, wd, **k: G(F.conv2d(x, wd, padding=1, groups=x.shape[1]), 1),
+                           {"x": 1, "wd": 0}, False),
+    "depthwise_other_filters": (lambda x, wd, **k: F.conv2d(x, wd, padding=1, groups=x.shape[1]),
+                                lambda x, wd, **k: G(F.conv2d(x, wd.flip(0), padding=1, groups=x.shape[1]), 1),
+                                {"x": 1, "wd": 0}, True),
     "max_pool_rows_no_halo": (lambda x, **k: F.max_pool2d(x, 3, 1, 1),
                               lambda x, **k: G(F.max_pool2d(x, 3, 1, 1), 2), {"x": 2}, True),
 }
@@ -94,12 +102,12 @@ BUGGY = {k for k, v in VARIANTS.items() if v[3]}
 # the node a violation must name
 BUG_OPS = {"in_channels_bias_twice": {"aten.convolution", "_c10d_functional.all_reduce"},
            "batch_norm_local_stats": {"aten._native_batch_norm_legit", "aten._native_batch_norm_legit_functional"},
-           "conv_rows_no_halo": {"aten.convolution"}, "max_pool_rows_no_halo": {"aten.max_pool2d_with_indices"}}
+           "conv_rows_no_halo": {"aten.convolution"}, "depthwise_other_filters": {"aten.flip", "aten.convolution"}, "max_pool_rows_no_halo": {"aten.max_pool2d_with_indices"}}
 
 
 def _program(fn):
-    def program(x, w1, b1, w2, gamma, beta):
-        return fn(x=x, w1=w1, b1=b1, w2=w2, gamma=gamma, beta=beta)
+    def program(x, w1, b1, w2, gamma, beta, wd):
+        return fn(x=x, w1=w1, b1=b1, w2=w2, gamma=gamma, beta=beta, wd=wd)
     return program
 
 
@@ -108,7 +116,8 @@ def build(world_size: int, variant: str, seed: int = 0) -> Case:
     g = torch.Generator().manual_seed(seed)
     inputs = {"x": torch.randn(4, 4, 8, 8, generator=g), "w1": torch.randn(8, 4, 3, 3, generator=g) * 0.3,
               "b1": torch.randn(8, generator=g), "w2": torch.randn(6, 8, 3, 3, generator=g) * 0.2,
-              "gamma": torch.rand(8, generator=g) + 0.5, "beta": torch.randn(8, generator=g)}
+              "gamma": torch.rand(8, generator=g) + 0.5, "beta": torch.randn(8, generator=g),
+              "wd": torch.randn(4, 1, 3, 3, generator=g)}
 
     def shard(rank, world, data):
         return {k: v.chunk(world, split[k])[rank] if k in split else v for k, v in data.items()}
