@@ -23,6 +23,18 @@ WORLD = 2
 FAST = {"data_parallel", "out_channels", "batch_norm_local_stats", "batch_norm_synced"}
 
 
+def _verdict_matches(case, correct: bool, name: str, bug_ops) -> None:
+    """The gloo label agrees with the case's, and the verdict with the label: verified when
+    correct, else a violation whose first finding is at one of `bug_ops`."""
+    assert correct != case.meta["buggy"], f"label of {name} contradicted by gloo execution"
+    report = verify_prepared(prepare(case, WORLD))
+    if correct:
+        assert report.status == "verified", report.reason
+    else:
+        assert report.status == "violation", (report.status, report.reason)
+        assert report.findings[0].op in bug_ops, report.findings[0]
+
+
 @pytest.fixture(scope="module")
 def executed():
     return gloo_outputs(CASES, "sharded_vision", "build", list(vision.VARIANTS), WORLD)
@@ -33,13 +45,7 @@ def executed():
 def test_vision_pair_verdict_matches_execution(executed, variant):
     case = vision.build(WORLD, variant)
     correct = variant_agrees(case, [r[variant] for r in executed], case.expect["out"], atol=1e-4)
-    assert correct != case.meta["buggy"], f"label of {variant} contradicted by gloo execution"
-    report = verify_prepared(prepare(case, WORLD))
-    if correct:
-        assert report.status == "verified", report.reason
-    else:
-        assert report.status == "violation", (report.status, report.reason)
-        assert report.findings[0].op in vision.BUG_OPS[variant], report.findings[0]
+    _verdict_matches(case, correct, variant, vision.BUG_OPS.get(variant))
 
 
 @pytest.mark.sweep  # two training-step captures (~30 s each on a loaded machine): make test-all
@@ -54,11 +60,4 @@ def test_cnn_data_parallel_training_step(name):
     single, ranks = training_gradients(path, WORLD)
     correct = all(isinstance(r, dict) and all(torch.allclose(r[n], g, atol=1e-5) for n, g in single.items())
                   for r in ranks)
-    case = importlib.import_module(name).case(WORLD)
-    assert correct != case.meta["buggy"], f"label of {name} contradicted by gloo execution"
-    report = verify_prepared(prepare(case, WORLD))
-    if correct:
-        assert report.status == "verified", report.reason
-    else:
-        assert report.status == "violation", (report.status, report.reason)
-        assert report.findings[0].op == "aten.convolution_backward", report.findings[0]
+    _verdict_matches(importlib.import_module(name).case(WORLD), correct, name, {"aten.convolution_backward"})
