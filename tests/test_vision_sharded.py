@@ -25,10 +25,14 @@ FAST = {"data_parallel", "out_channels", "batch_norm_local_stats", "batch_norm_s
 
 def _verdict_matches(case, correct: bool, name: str, bug_ops) -> None:
     """The gloo label agrees with the case's, and the verdict with the label: verified when
-    correct, else a violation whose first finding is at one of `bug_ops`."""
+    correct (or, for a form no lemma relates yet, unknown naming an op), else a violation whose
+    first finding is at one of `bug_ops`."""
     assert correct != case.meta["buggy"], f"label of {name} contradicted by gloo execution"
     report = verify_prepared(prepare(case, WORLD))
-    if correct:
+    if correct and name in vision.UNKNOWN_OK:
+        assert report.status in ("verified", "unknown"), (report.status, report.reason)
+        assert report.status == "verified" or "aten." in report.reason, report.reason
+    elif correct:
         assert report.status == "verified", report.reason
     else:
         assert report.status == "violation", (report.status, report.reason)
