@@ -22,7 +22,8 @@ def _side(draw, lo=1, hi=6):
 
 
 def _image(draw, nsp, lo=2, batched=True, **kw):
-    shp = ((_side(draw, 1, 3),) if batched else ()) + (_side(draw, 1, 3),) + tuple(_side(draw, lo, 6) for _ in range(nsp))
+    lead = ((_side(draw, 1, 3),) if batched else ()) + (_side(draw, 1, 3),)
+    shp = lead + tuple(_side(draw, lo, 6) for _ in range(nsp))
     return tensor(draw, shp, dts=FL, **kw)
 
 
@@ -68,6 +69,18 @@ def convolution(draw, op):
     return Draw(op, inputs, build, shard={"x": [0, 1], "w": [0, 1], "b": [0]})
 
 
+def _conv_agrees(kernel):
+    """The CPU convolution_backward reads its operands unchecked (a rank whose gradient is not the
+    shape of its forward's output can segfault): refuse such a rank's program, as autograd would
+    never make it."""
+    def run(g, x, w, bias_sizes, *rest):
+        out = A_.convolution(x, w, None, *rest[:-1])
+        if out.shape != g.shape or out.numel() == 0 or list(bias_sizes) != [out.shape[1]]:
+            raise ValueError("the gradient is not the shape of the forward's output")
+        return kernel(g, x, w, bias_sizes, *rest)
+    return run
+
+
 @entry(A + "convolution_backward")
 def convolution_backward(draw, op):
     x, w, cout, params = _conv_config(draw)
@@ -80,7 +93,8 @@ def convolution_backward(draw, op):
         local = _groups(params, x, w, shapes)
         local_out = shapes["w"][1] * local[5] if transposed else shapes["w"][0]
         return (T("g"), T("x"), T("w"), [local_out], *local, mask), {}
-    return Draw(op, {"g": g, "x": x, "w": w}, build, shard={"g": [0, 1], "x": [0, 1], "w": [0, 1]})
+    return Draw(op, {"g": g, "x": x, "w": w}, build, shard={"g": [0, 1], "x": [0, 1], "w": [0, 1]},
+                torch_fn=_conv_agrees(aten(op)))
 
 
 def _pool_args(draw, nsp, x):

@@ -78,7 +78,8 @@ def test_fft_and_diagonal_pass_the_other_dims():
     assert check_rule(Draw("aten.diagonal", {"x": x}, (T("x"), 0, 1, 2)), {"x": Shard(0)}, 2) == "checked"
     assert check_rule(Draw("aten.diagonal", {"x": x}, (T("x"), 0, 0, 1)), {"x": Shard(0)}, 2) == "unknown"
     g = _r(2, 4, 6, 6)
-    up = Draw("aten.upsample_bilinear2d_backward", {"g": g}, lambda s: ((T("g"), [6, 6], list(s["g"][:2]) + [3, 3], False), {}))
+    up = Draw("aten.upsample_bilinear2d_backward", {"g": g},
+              lambda s: ((T("g"), [6, 6], list(s["g"][:2]) + [3, 3], False), {}))
     assert check_rule(up, {"g": Shard(1)}, 2) == "checked"  # the input size's channel extent is local
 
 
@@ -107,3 +108,14 @@ def test_depthwise_convolution_passes_a_channel_shard():
                           [True, True, True]), {}))
     assert check_rule(bw, {"g": Shard(1), "x": Shard(1), "w": Shard(0)}, 3) == "checked"
     assert check_rule(bw, {"g": Shard(0), "x": Shard(0), "w": Replicate()}, 2) == "checked"  # batch: partial sums
+
+
+def test_group_norm_backward_over_a_batch_shard():
+    """grad_input per sample; grad_weight and grad_bias: partial sums an all_reduce completes."""
+    w = _r(6)
+    _, mean, rstd = A.native_group_norm(X, w, None, 4, 6, 25, 3, 1e-5)
+    inputs = {"g": _r(4, 6, 5, 5), "x": X, "mean": mean, "rstd": rstd, "w": w}
+    d = Draw("aten.native_group_norm_backward", inputs,
+             lambda s: ((T("g"), T("x"), T("mean"), T("rstd"), T("w"), s["x"][0], 6, 25, 3, [True, True, True]), {}))
+    lays = {"g": Shard(0), "x": Shard(0), "mean": Shard(0), "rstd": Shard(0), "w": Replicate()}
+    assert check_rule(d, lays, 2) == "checked"

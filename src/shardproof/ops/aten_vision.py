@@ -17,6 +17,7 @@ Each rule says which dims a selection passes through, exactly:
 Numerics are torch's own kernels (float64)."""
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 from ..algebra import compute, layout
@@ -34,6 +35,22 @@ def out_shapes(ctx: RuleCtx) -> list:
     """The node's outputs' local shapes (None for an output the op does not compute)."""
     ty = ctx.node.type
     return [getattr(t, "shape", None) for t in ty] if isinstance(ty, tuple) else [ty.shape]
+
+
+def torch_shaped(rule):
+    """A rule whose outputs must have the shapes torch gives: torch answers some empty operands
+    with an empty result of another shape than the op's math (a convolution over 0 input
+    channels gives [N, 0, ...], not the empty sum [N, C_out, ...]): such a node is unknown."""
+    @functools.wraps(rule)
+    def checked(ctx: RuleCtx, *args, **kwargs):
+        out = rule(ctx, *args, **kwargs)
+        vals = out if isinstance(out, tuple) else (out,)
+        for val, shape in zip(vals, out_shapes(ctx)):
+            if isinstance(val, Val) and shape is not None and tuple(layout.shape_of(ctx.terms, val)) != tuple(shape):
+                raise ValueError(f"{ctx.node.op}: torch's result has shape {tuple(shape)}, the op's math "
+                                 f"{tuple(layout.shape_of(ctx.terms, val))} (an empty operand)")
+        return out
+    return checked
 
 
 def _rest(nd: int, lead: int) -> list[int]:
@@ -76,7 +93,8 @@ def lead_through(ctx: RuleCtx, op: str, attrs: tuple, vals: Sequence[Val], lead:
             outs.append(None)
             continue
         shape = tuple(lead_shape) + tuple(local[lead:])
-        outs.append(Val(terms.make(op, attrs + (i,), children, shape), tuple(lead_vecs) + (None,) * (len(local) - lead)))
+        vecs = tuple(lead_vecs) + (None,) * (len(local) - lead)
+        outs.append(Val(terms.make(op, attrs + (i,), children, shape), vecs))
     if given:
         return outs
     return tuple(outs) if isinstance(ctx.node.type, tuple) else outs[0]
@@ -148,7 +166,7 @@ def _grid_sampler_rule(ctx: RuleCtx, x: Val, grid: Val, *args):
     return Val(t, x.vecs[:2] + (None, None))
 
 
-declare(T + "grid_sampler_2d", numerics=torch_kernel("grid_sampler_2d"), rule=_grid_sampler_rule,
+declare(T + "grid_sampler_2d", numerics=torch_kernel("grid_sampler_2d"), rule=torch_shaped(_grid_sampler_rule),
         doc="bilinear/nearest sampling of [N, C, H, W] at grid [N, Ho, Wo, 2]: N and C pass")
 
 
@@ -236,7 +254,7 @@ def _conv_rule(ctx: RuleCtx, x: Val, w: Val, bias, stride, padding, dilation, tr
     return _bias_add(ctx, out, bias)
 
 
-declare(T + "convolution", numerics=torch_kernel("convolution"), rule=_conv_rule,
+declare(T + "convolution", numerics=torch_kernel("convolution"), rule=torch_shaped(_conv_rule),
         doc="N-d (transposed) convolution: the batch dim and the weight's output channels pass; input channels "
             "sharded alike on input and weight give a partial sum (an all_reduce completes it)")
 
@@ -284,8 +302,8 @@ def _depthwise_backward(ctx: RuleCtx, g: Val, x: Val, w: Val, attrs: tuple, shap
     if output_mask[0] and shapes[0] is not None:
         outs[0] = _channelwise(ctx, "conv_depthwise_input", attrs, g, w, 1, shapes[0][2:])
     if output_mask[1] and shapes[1] is not None:
-        gx, xx = align_dims(terms, [layout.materialize(terms, g, _spatial(g)), layout.materialize(terms, x, _spatial(x))],
-                            [0, 0])
+        gx, xx = layout.materialize(terms, g, _spatial(g)), layout.materialize(terms, x, _spatial(x))
+        gx, xx = align_dims(terms, [gx, xx], [0, 0])
         gx, xx = align_dims(terms, [gx, xx], [1, 1])
         shape = terms.shape(gx.t)[:2] + tuple(shapes[1][1:])
         rows = Val(terms.make("conv_depthwise_weight_rows", attrs, (gx.t, xx.t), shape),
@@ -296,7 +314,8 @@ def _depthwise_backward(ctx: RuleCtx, g: Val, x: Val, w: Val, attrs: tuple, shap
     return tuple(outs)
 
 
-declare(T + "convolution_backward", numerics=torch_kernel("convolution_backward"), rule=_conv_backward_rule,
+declare(T + "convolution_backward", numerics=torch_kernel("convolution_backward"),
+        rule=torch_shaped(_conv_backward_rule),
         doc="gradients of a convolution: grad_input passes the batch dim, grad_weight and grad_bias are sums over "
             "the batch (a batch shard: partial sums)")
 
@@ -367,7 +386,8 @@ declare(T + "_native_batch_norm_legit", numerics=torch_kernel("_native_batch_nor
         doc=BN_DOC)
 declare(T + "_native_batch_norm_legit_no_training", numerics=torch_kernel("_native_batch_norm_legit_no_training"),
         rule=lambda ctx, x, w, b, rm, rv, momentum, eps: _bn_eval(ctx, x, w, b, rm, rv, eps), doc=BN_DOC)
-declare(T + "_native_batch_norm_legit_functional", numerics=torch_kernel("_native_batch_norm_legit_functional"), rule=_bn_legit_rule,
+declare(T + "_native_batch_norm_legit_functional", numerics=torch_kernel("_native_batch_norm_legit_functional"),
+        rule=_bn_legit_rule,
         doc=BN_DOC + "; also the updated running statistics")
 
 
@@ -425,11 +445,12 @@ def _cdist_rule(ctx: RuleCtx, x1: Val, x2: Val, p, compute_mode=None):
         for d in range(nd - 2):
             x1, x2 = align_dims(terms, [x1, x2], [d, d])
         lead_shape, lead_vecs = terms.shape(x1.t)[:nd - 2], x1.vecs[:nd - 2]
-    t = terms.make("cdist", (freeze(p),), (x1.t, x2.t), tuple(lead_shape) + (terms.shape(x1.t)[-2], terms.shape(x2.t)[-2]))
+    rows = (terms.shape(x1.t)[-2], terms.shape(x2.t)[-2])
+    t = terms.make("cdist", (freeze(p),), (x1.t, x2.t), tuple(lead_shape) + rows)
     return Val(t, tuple(lead_vecs) + (x1.vecs[-2], x2.vecs[-2]))
 
 
-declare(T + "_cdist_forward", numerics=torch_kernel("_cdist_forward"), rule=_cdist_rule,
+declare(T + "_cdist_forward", numerics=torch_kernel("_cdist_forward"), rule=torch_shaped(_cdist_rule),
         doc="p-norm distances between the rows of x1 and of x2 (rows pass, features held whole)")
 declare(T + "_pdist_forward", numerics=torch_kernel("_pdist_forward"),
         rule=lambda ctx, x, p=2: lead_through(ctx, "pdist", (freeze(p),), [x], 0),
@@ -447,7 +468,8 @@ def _embedding_bag_rule(ctx: RuleCtx, w: Val, ids: Val, offsets: Val, *args, **k
     outs = []
     for i, local in enumerate(out_shapes(ctx)):
         if i in (0, 3) and len(local) == 2:  # the bags (and, mode max, the argmax rows) per embedding column
-            t = terms.make("embedding_bag", attrs + (i,), (w.t,) + tuple(v.t for v in rest), (local[0], terms.shape(w.t)[1]))
+            shape = (local[0], terms.shape(w.t)[1])
+            t = terms.make("embedding_bag", attrs + (i,), (w.t,) + tuple(v.t for v in rest), shape)
             outs.append(Val(t, (None, w.vecs[1])))
         else:
             outs.append(Val(terms.make("embedding_bag_index", attrs + (i,), tuple(v.t for v in rest), tuple(local)),
@@ -455,7 +477,7 @@ def _embedding_bag_rule(ctx: RuleCtx, w: Val, ids: Val, offsets: Val, *args, **k
     return tuple(outs)
 
 
-declare(T + "_embedding_bag", numerics=torch_kernel("_embedding_bag"), rule=_embedding_bag_rule,
+declare(T + "_embedding_bag", numerics=torch_kernel("_embedding_bag"), rule=torch_shaped(_embedding_bag_rule),
         doc="sums (means, maxes) of bags of embedding rows: the embedding dim passes")
 
 

@@ -109,7 +109,8 @@ UNKNOWN_OK = {"batch_norm_synced_vs_functional"}
 # the node a violation must name
 BUG_OPS = {"in_channels_bias_twice": {"aten.convolution", "_c10d_functional.all_reduce"},
            "batch_norm_local_stats": {"aten._native_batch_norm_legit", "aten._native_batch_norm_legit_functional"},
-           "conv_rows_no_halo": {"aten.convolution"}, "depthwise_other_filters": {"aten.flip", "aten.convolution"}, "max_pool_rows_no_halo": {"aten.max_pool2d_with_indices"}}
+           "conv_rows_no_halo": {"aten.convolution"}, "depthwise_other_filters": {"aten.flip", "aten.convolution"},
+           "max_pool_rows_no_halo": {"aten.max_pool2d_with_indices"}}
 
 
 def _program(fn):
