@@ -77,4 +77,44 @@ def test_ops_subcommand_lists_coverage(capsys):
     assert sorted(data["core_aten_missing"]) == sorted(_allowed())
     assert main(["ops", "--missing-core"]) == 0
     lines = capsys.readouterr().out.split()
-    assert "aten.convolution" in lines and "aten.cumsum" not in lines
+    assert sorted(op for op in lines if op.startswith("aten.")) == sorted(_allowed())
+    assert "aten.convolution" not in lines and "aten.cumsum" not in lines
+
+
+def test_unknown_by_design_ops_give_their_reason():
+    """Data-dependent and symbolic ops: a declared check names the reason (unknown, never a crash)."""
+    from shardproof.ir.graph import Node, TensorType
+    from shardproof.ops.coverage import UNKNOWN_BY_DESIGN
+    from shardproof.ops.registry import failed_check
+    load_builtin()
+    x = Node("x", "input", type=TensorType((2, 3), "f32"))
+    for op in UNKNOWN_BY_DESIGN:
+        args = (x, [4, 3]) if op == "aten.resize_" else (x,)
+        reason = failed_check(REGISTRY[op], Node("n", op, args, {}, None))
+        assert reason and reason.startswith(op), (op, reason)
+    same = Node("n", "aten.resize_", (x, [2, 3]), {}, TensorType((2, 3), "f32"))
+    assert failed_check(REGISTRY["aten.resize_"], same) is None  # to its own size: the identity
+
+
+def test_a_cnn_training_step_captures_into_ruled_ops():
+    """Convolutions, batch/group norm, pooling, upsampling, forward and backward: every op the
+    capture keeps has a rule (the rest decompose through torch's table)."""
+    from torch import nn
+    from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from shardproof.frontends.torch_decomp import capture_decompositions
+    load_builtin()
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4, track_running_stats=False), nn.ReLU(),
+                        nn.MaxPool2d(2), nn.GroupNorm(2, 4), nn.Conv2d(4, 4, 3, groups=2), nn.AdaptiveAvgPool2d(2),
+                        nn.Upsample(scale_factor=2, mode="bilinear"), nn.Flatten())
+    names = [n for n, _ in net.named_parameters()]
+
+    def step(x, *ps):
+        out = torch.func.functional_call(net, dict(zip(names, ps)), (x,))
+        return torch.autograd.grad(out.square().sum(), ps)
+    ps = [p.detach().requires_grad_() for p in net.parameters()]
+    gm = make_fx(dispatch_functionalize(step, FunctionalTensorMode()),
+                 decomposition_table=capture_decompositions())(torch.randn(2, 3, 8, 8), *ps)
+    ops = {"aten." + n.target._opname for n in gm.graph.nodes if n.op == "call_function" and hasattr(n.target, "_opname")}
+    assert {"aten.convolution_backward", "aten.max_pool2d_with_indices_backward"} <= ops
+    assert all(op in REGISTRY for op in ops), sorted(op for op in ops if op not in REGISTRY)

@@ -52,9 +52,12 @@ def torch_kernel(name: str, fallback=None, drop=("dtype",)):
             if fallback is None:
                 raise NotImplementedError(f"aten.{name}: numerics need torch") from None
             return fallback(*args, **kwargs)
-        with torch.no_grad():
-            out = getattr(torch.ops.aten, name)(*[_to_torch(a) for a in args],
-                                                 **{k: _to_torch(v) for k, v in kwargs.items()})
+        try:
+            with torch.no_grad():
+                out = getattr(torch.ops.aten, name)(*[_to_torch(a) for a in args],
+                                                     **{k: _to_torch(v) for k, v in kwargs.items()})
+        except RuntimeError as exc:  # torch refuses these arguments (shapes that do not fit): a ValueError
+            raise ValueError(f"aten.{name}: {exc}") from exc
         return _to_numpy(out)
     numerics.source = f"torch aten.{name}"
     return numerics

@@ -13,6 +13,19 @@ DECOMPOSED: dict[str, str] = {
     "aten.upsample_nearest2d": "arange, mul, add, _to_copy, unsqueeze and index (torch._decomp)",
 }
 
+# core-ATen ops whose rule answers unknown by design (a declared check gives the reason; never a
+# crash): data-dependent values and symbolic sizes (ops/aten_dynamic.py). sym_* never appear as
+# compute nodes in a live capture (traced with concrete shapes); graphs with dynamic shapes can hold them.
+UNKNOWN_BY_DESIGN: dict[str, str] = {
+    "aten._local_scalar_dense": "a tensor's value read as a Python number (.item()): data-dependent",
+    "aten.resize_": "storage resized in place (uninitialized elements); to its own size it is the identity",
+    "aten.sym_size": "symbolic size (dynamic shapes)",
+    "aten.sym_numel": "symbolic size (dynamic shapes)",
+    "aten.sym_stride": "symbolic stride (dynamic shapes)",
+    "aten.sym_storage_offset": "symbolic storage offset (dynamic shapes)",
+    "aten.sym_is_contiguous": "symbolic layout query (dynamic shapes)",
+}
+
 
 def _family(opdef) -> str:
     if opdef.collective:
