@@ -8,7 +8,7 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from ..algebra import compute, layout, normal  # noqa: F401  (normal registers its rewrites)
+from ..algebra import compute, layout
 from ..algebra.layout import Val, prod, shape_of
 from ..algebra.masks import make_fill
 from ..algebra.ranks import LINEARITY
