@@ -8,7 +8,7 @@ import torch
 
 from shardproof import Case
 
-B, S, H, BEAMS = 4, 3, 8, 3
+B, S, H, BEAMS = 8, 3, 8, 3
 
 
 def single(x, w):

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from shardproof import Case
 
-B, H, S, D = 2, 4, 5, 8
+B, H, S, D = 2, 8, 5, 8
 
 
 def single(q, k, v):
