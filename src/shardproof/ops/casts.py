@@ -218,8 +218,9 @@ def _not_rule(ctx: RuleCtx, x, *args, **kwargs):
     """Negation of a boolean: in negation normal form (De Morgan, complements) when the test
     it negates compares only values that cannot be NaN; on integers bitwise (``~6 == -7``)."""
     arg = ctx.node.args[0] if ctx.node is not None and ctx.node.args else None
-    if _dtype_of(arg) != BOOL:
-        return compute.elementwise(ctx.terms, "bitwise_not", template((x,) + args, kwargs), [x])
+    if _dtype_of(arg) != BOOL:  # logical_not of a number is ``x == 0``, bitwise_not its complement bits
+        term = "logical_not" if ctx.node.op == "aten.logical_not" else "bitwise_not"
+        return compute.elementwise(ctx.terms, term, template((x,) + args, kwargs), [x])
     if _nan_free_test(arg):
         return Val(negated(ctx.terms, x.t), x.vecs)
     return compute.elementwise(ctx.terms, "logical_not", template((x,) + args, kwargs), [x])
