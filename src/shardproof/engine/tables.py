@@ -29,6 +29,7 @@ from .lockstep import resolve
 
 MAX_TABLE = 1 << 20  # elements: larger constants are not evaluated here
 MAX_WINDOWS = 4096  # offset combinations tried per pair of tables
+MAX_COMPARED = 1 << 24  # elements compared per pair of tables
 VARYING = ("rand", "bernoulli", "dropout", "normal", "uniform", "empty", "multinomial", "exponential", "poisson",
            "cauchy", "geometric", "native_batch_norm")
 
@@ -43,7 +44,8 @@ def block_of(whole: np.ndarray, part: np.ndarray) -> tuple | None:
     if whole.ndim != part.ndim or any(p > w for p, w in zip(part.shape, whole.shape)) or not part.size:
         return None
     ranges = [range(w - p + 1) for w, p in zip(whole.shape, part.shape)]
-    if np.prod([len(r) for r in ranges], dtype=np.float64) > MAX_WINDOWS:
+    windows = np.prod([len(r) for r in ranges], dtype=np.float64)
+    if windows > MAX_WINDOWS or windows * part.size > MAX_COMPARED:
         return None
     for offsets in product(*ranges):
         window = whole[tuple(slice(o, o + p) for o, p in zip(offsets, part.shape))]
