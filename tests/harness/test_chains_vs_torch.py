@@ -58,6 +58,21 @@ def run_chain(inputs: dict, steps: list, layouts: dict, world: int, seed: int = 
     return "checked" if _complete(terms, claims, last[0], last[1:]) else "unknown"
 
 
+def run_drawn_chain(draw, inputs: dict, steps: list) -> None:
+    """:func:`run_chain` on drawn layouts, world size and seed (a chain no rule relates: no claim)."""
+    draws.MODE["rule"] = True
+    try:
+        world = draw(st.integers(2, 4))
+        lays = draws.layouts(draw, inputs, world)
+        seed = draw(st.integers(0, 99))
+    finally:
+        draws.MODE["rule"] = False
+    try:
+        run_chain(inputs, steps, lays, world, seed)
+    except Unknown:
+        return
+
+
 def _view_step(draw, x, name="x"):
     kind = draw(st.sampled_from(["reshape", "permute", "slice", "unsqueeze", "cat", "expand"]))
     nd = x.dim()
@@ -120,15 +135,9 @@ def test_view_then_binary_then_reduce(data):
             red = data.draw(st.sampled_from([A + "sum", A + "amax", A + "_softmax"]))
             steps.append((red, (lambda s: ((T(out), [rd]), {})) if red != A + "_softmax"
                           else (lambda s: ((T(out), rd, False), {}))))
-        world = data.draw(st.integers(2, 4))
-        lays = draws.layouts(data.draw, {"x": x, "z": z}, world)
-        seed = data.draw(st.integers(0, 99))
     finally:
         draws.MODE["rule"] = False
-    try:
-        run_chain({"x": x, "z": z}, steps, lays, world, seed)
-    except Unknown:
-        return
+    run_drawn_chain(data.draw, {"x": x, "z": z}, steps)
 
 
 def test_chain_harness_catches_a_wrong_claim(monkeypatch):

@@ -24,12 +24,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from .lemmas import BLOCK, linear, linear_parts
+from .lemmas import BLOCK, OUTSIDE, linear, linear_parts
 from .patterns import Const, P, V, first_match, match, through_views
 from .terms import TermStore, rewrite
 
 INSIDE = P("and", P("ge", V("ids"), _1=Const("lo")), P("lt", V("ids"), _1=Const("hi")))
-NOT_INSIDE = [p for op in ("bitwise_not", "logical_not") for p in through_views(P(op, INSIDE))]
+# ~inside, as built (a not of the range test) or in negation normal form (ids < lo) | (ids >= hi)
+NOT_INSIDE = [p for op in ("bitwise_not", "logical_not") for p in through_views(P(op, INSIDE))] + through_views(OUTSIDE)
 
 
 def _number(v) -> bool:
@@ -81,6 +82,34 @@ def _and_identities(terms, attrs, children, shape):
 @rewrite("or")
 def _or_identities(terms, attrs, children, shape):
     return _with_constant(terms, attrs, children, shape, absorbing=True)
+
+
+# ---------------------------------------------------------------- negation normal form
+
+COMPLEMENT = {"lt": "ge", "ge": "lt", "gt": "le", "le": "gt", "eq": "ne", "ne": "eq"}
+DUAL = {"and": "or", "or": "and"}
+NEGATION_VIEWS = ("reshape", "permute", "expand", "gather")
+
+
+def negated(terms: TermStore, t: int) -> int:
+    """``not t`` in negation normal form: De Morgan over and/or, a comparison replaced by
+    its complement (``not (x < c)`` is ``x >= c``), a double negation removed, and the
+    negation moved under views; else ``logical_not(t)``. Exact for booleans and for
+    comparisons of values that are never NaN: the caller checks the comparisons' operands
+    are integers or booleans."""
+    term = terms[t]
+    if term.op in COMPLEMENT and term.attrs[:2].count("$") >= 1:
+        return terms.make(COMPLEMENT[term.op], term.attrs, term.children, term.shape)
+    if term.op in DUAL and len(term.children) == 2 and term.attrs[:2] == ("$", "$"):
+        kids = tuple(negated(terms, c) for c in term.children)
+        return terms.make(DUAL[term.op], term.attrs, tuple(sorted(kids)), term.shape)
+    if term.op == "logical_not" and terms[term.children[0]].op in (*COMPLEMENT, *DUAL, "logical_not"):
+        return term.children[0]  # the operand is itself a boolean
+    if term.op == "fill" and isinstance(term.attrs[0], (bool, np.bool_)):
+        return terms.make("fill", (not term.attrs[0],) + term.attrs[1:], (), term.shape)
+    if term.op in NEGATION_VIEWS and len(term.children) == 1:
+        return terms.make(term.op, term.attrs, (negated(terms, term.children[0]),), term.shape)
+    return terms.make("logical_not", ("$", ()), (t,), term.shape)
 
 
 # ---------------------------------------------------------------- constants in linear forms

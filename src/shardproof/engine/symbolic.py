@@ -9,6 +9,7 @@ from ..ir.graph import DistributedProgram, Graph, Node
 from ..ops.registry import RuleCtx, failed_check, lookup
 from .budget import check as check_budget
 from .lockstep import CollectiveMismatch, resolve, run_lockstep
+from .tables import Tables
 
 
 @dataclass
@@ -38,8 +39,13 @@ def _opaque(terms: TermStore, node: Node, rank) -> object:
     return one(node.type, ()) if isinstance(node.type, tuple) else one(node.type, (0,))
 
 
-def _evaluator(terms: TermStore, inputs: dict[str, Val], unsupported: list, world: int, label):
+def _evaluator(terms: TermStore, inputs: dict[str, Val], unsupported: list, world: int, label,
+               tables: Tables | None = None):
     def eval_node(rank: int, node: Node, env: dict):
+        out = _eval(rank, node, env)
+        return out if tables is None else tables.settle(None if label == "seq" else rank, node, out)
+
+    def _eval(rank: int, node: Node, env: dict):
         who = None if label == "seq" else rank
         check_budget(node, who)
         if node.op == "input":
@@ -96,10 +102,11 @@ def interpret(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, Val],
             return [_opaque(terms, n, i) for i, n in enumerate(nodes)]
 
     # the single-device program may carry collectives over groups of one (TP=1 dumps)
-    seq_run = run_lockstep([seq], _evaluator(terms, seq_inputs, unsupported, 1, "seq"), eval_collective)
+    tables = Tables(terms)  # input-independent tensors, related by value
+    seq_run = run_lockstep([seq], _evaluator(terms, seq_inputs, unsupported, 1, "seq", tables), eval_collective)
     world = dist.world_size
 
-    evals = [_evaluator(terms, dist_inputs[r], unsupported, world, "dist") for r in range(world)]
+    evals = [_evaluator(terms, dist_inputs[r], unsupported, world, "dist", tables) for r in range(world)]
     dist_run = run_lockstep(dist.graphs, lambda r, n, env: evals[r](r, n, env), eval_collective)
     return SymbolicRun(terms, seq_run.envs[0], dist_run.envs, unsupported, dist_run.mismatch)
 

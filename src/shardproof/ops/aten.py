@@ -1,6 +1,8 @@
 """ATen ops: the forward ops of GPT-2 / Llama-style blocks, declared once each."""
 from __future__ import annotations
 
+import math
+
 from fractions import Fraction
 from weakref import WeakKeyDictionary
 
@@ -24,7 +26,7 @@ _UNARY = {
     "sqrt": np.sqrt, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0.0),
     "silu": lambda x: x / (1.0 + np.exp(-x)), "sin": np.sin, "cos": np.cos, "abs": np.abs,
     "reciprocal": lambda x: 1.0 / x, "erf": erf, "log1p": np.log1p, "expm1": np.expm1,
-    "logical_not": np.logical_not, "square": np.square,
+    "square": np.square,
     "isinf": np.isinf, "isnan": np.isnan, "sign": np.sign,
 }
 for _name, _fn in _UNARY.items():
@@ -738,6 +740,15 @@ def _pairings(terms, ops: list, d: int):
 _BUILT: WeakKeyDictionary = WeakKeyDictionary()  # term store -> sdpa operands -> pairings built over them
 
 
+def _sdpa_scale(terms, q: Val, scale):
+    """The scale attention applies, exactly: torch's default is ``1 / sqrt(head_dim)``
+    computed in double precision (``sdp::calculate_scale``), the very value Python's
+    ``1 / math.sqrt(d)`` gives, so an explicit scale equal to it is the same kernel call."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(layout.shape_of(terms, q)[-1])
+    return freeze(float(scale))
+
+
 def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
     """Attention is exact on any common selection of the batch/head dims, and on a
     selection of query rows unless a causal mask ties rows to absolute positions.
@@ -766,7 +777,7 @@ def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=Fa
         m = layout.materialize(terms, m, [d for d in range(len(m.vecs) - 1)
                                           if not layout.same_vec(m.vecs[d], q.vecs[d + nd - len(m.vecs)])])
         children += (m.t,)
-    base = (freeze(dropout_p), bool(is_causal), freeze(scale))
+    base = (freeze(dropout_p), bool(is_causal), _sdpa_scale(terms, q, scale))
     built = _BUILT.setdefault(terms, {}).setdefault(base + children, [])
     shifts = next((b for b in built if all(_fits(p, *f[1:]) for dim, fs in zip(b, found) for p, f in zip(dim, fs))),
                   None)
@@ -851,7 +862,7 @@ def _sdpa_backward_rule(ctx: RuleCtx, g: Val, q: Val, k: Val, v: Val, out: Val, 
                 raise ValueError("attention backward: the gradient, output and logsumexp are not held as the query is")
             offsets.append(int(pos[0] - qpos[0]) if len(pos) else 0)
         found.append(tuple(f[0] for f in pairings) + tuple(offsets))
-    attrs = (freeze(dropout_p), bool(is_causal), freeze(scale), tuple(found))
+    attrs = (freeze(dropout_p), bool(is_causal), _sdpa_scale(terms, q, scale), tuple(found))
     children = (g.t, q.t, k.t, v.t, out.t, lse.t)
     if q.t == k.t == v.t and not any(repeated) and _disjoint_heads(terms, q, k, v):
         # q, k, v cut from one fused projection: one gradient of it, each cut where its operand was

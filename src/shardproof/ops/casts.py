@@ -21,6 +21,7 @@ import numpy as np
 from ..algebra import compute
 from ..algebra import layout
 from ..algebra.layout import Val, shape_of
+from ..algebra.masks import negated
 from ..algebra.terms import COMMUTATIVE
 from .common import as_float, elementwise_op, elementwise_shape, template, tensor_args
 from .registry import RuleCtx, declare
@@ -197,7 +198,39 @@ def _bitwise(name: str, fn, bool_term: str, commutative: bool):
             doc=f"{name}: logical on bool, bitwise on integers")
 
 
+_COMPARISONS = {"aten." + c for c in ("lt", "le", "gt", "ge", "eq", "ne")}
+_CONNECTIVES = {"aten." + c for c in ("bitwise_and", "bitwise_or", "bitwise_not", "logical_and", "logical_or",
+                                      "logical_not")}
+
+
+def _nan_free_test(node, depth: int = 0) -> bool:
+    """Whether a boolean node is and/or/not over comparisons of integer or boolean values
+    only (none can be NaN, so ``not (x < c)`` is ``x >= c`` exactly)."""
+    if depth > 32 or not hasattr(node, "op"):
+        return False
+    tensors = [a for a in node.args if hasattr(a, "type")]
+    if node.op in _COMPARISONS:
+        return all(str(_dtype_of(a))[:1] in ("i", "u", "b") for a in tensors)
+    return node.op in _CONNECTIVES and bool(tensors) and all(_nan_free_test(a, depth + 1) for a in tensors)
+
+
+def _not_rule(ctx: RuleCtx, x, *args, **kwargs):
+    """Negation of a boolean: in negation normal form (De Morgan, complements) when the test
+    it negates compares only values that cannot be NaN; on integers bitwise (``~6 == -7``)."""
+    arg = ctx.node.args[0] if ctx.node is not None and ctx.node.args else None
+    if _dtype_of(arg) != BOOL:  # logical_not of a number is ``x == 0``, bitwise_not its complement bits
+        term = "logical_not" if ctx.node.op == "aten.logical_not" else "bitwise_not"
+        return compute.elementwise(ctx.terms, term, template((x,) + args, kwargs), [x])
+    if _nan_free_test(arg):
+        return Val(negated(ctx.terms, x.t), x.vecs)
+    return compute.elementwise(ctx.terms, "logical_not", template((x,) + args, kwargs), [x])
+
+
+declare("aten.bitwise_not", numerics=lambda x, *a, out_dtype=None, **k: np.invert(
+            np.asarray(x).astype(bool) if out_dtype == BOOL else _as_int(x)),
+        rule=_not_rule, shape=elementwise_shape, node_kwargs=_out_dtype, doc="bitwise_not: logical on bool, bitwise on integers")
+declare("aten.logical_not", numerics=lambda x, *a, **k: np.logical_not(x), rule=_not_rule, shape=elementwise_shape,
+        doc="logical not")
 _bitwise("bitwise_and", np.bitwise_and, "and", True)
 _bitwise("bitwise_or", np.bitwise_or, "or", True)
 _bitwise("bitwise_xor", np.bitwise_xor, "xor", True)
-_bitwise("bitwise_not", np.invert, "bitwise_not", False)
