@@ -9,6 +9,7 @@ each node keeps the user's source line (innermost frame outside torch and shardp
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -106,6 +107,7 @@ def group_ranks(group_name: str) -> tuple[int, ...]:
 
 # ---------------------------------------------------------------- source locations
 
+@functools.lru_cache(maxsize=None)
 def _is_user_file(filename: str) -> bool:
     """Not torch, not shardproof (its bundled zoo cases are user code), not the stdlib's glue."""
     f = os.path.abspath(filename)
@@ -127,19 +129,57 @@ def innermost_user_frame() -> traceback.FrameSummary | None:
 
 @contextlib.contextmanager
 def user_stack_traces():
-    """Keep the user's innermost frame on every traced node. make_fx's own filter keeps
-    only frames named ``forward``, which loses plain functions and helper calls."""
+    """Keep the user's innermost frame on every traced node, cheaply: make_fx's own
+    recording symbolizes the whole stack for every node (and its filter keeps only frames
+    named ``forward``, which loses plain functions and helper calls); here each node gets
+    the one frame, found by walking the live frames (see :func:`innermost_user_frame`).
+    Also one fake mode for the whole trace (:func:`one_fake_mode`)."""
     from torch.fx.proxy import TracerBase
-    original = TracerBase._filter_traceback_frames
+    original = TracerBase.create_node
 
-    def keep_user_frame(self, summary):
-        frame = _user_frame(summary)
-        return traceback.StackSummary.from_list([frame] if frame else [])
-    TracerBase._filter_traceback_frames = keep_user_frame
+    def create_node(self, *args, **kwargs):
+        record, self.record_stack_traces = self.record_stack_traces, False
+        try:
+            node = original(self, *args, **kwargs)
+        finally:
+            self.record_stack_traces = record
+        if record and not node.stack_trace:
+            frame = innermost_user_frame()
+            if frame is not None:
+                node.stack_trace = "".join(traceback.format_list([frame])).strip()
+        return node
+    TracerBase.create_node = create_node
     try:
-        yield
+        with one_fake_mode():
+            yield
     finally:
-        TracerBase._filter_traceback_frames = original
+        TracerBase.create_node = original
+
+
+@contextlib.contextmanager
+def one_fake_mode():
+    """A real-mode make_fx records each op's output metadata as a fake tensor, in a fake
+    mode it looks up (``detect_fake_mode``) or, finding none, makes anew for every op (a
+    ``FakeTensorMode`` records the whole stack when made). A tracing context holding one
+    mode makes the lookup find it; nothing else reads it in a real-mode trace."""
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental import proxy_tensor
+    original = proxy_tensor.extract_val
+
+    def extract_val(val, include_real=False):
+        if type(val) is torch.Tensor and val.layout == torch.strided:  # a real tensor: its metadata only
+            return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device="meta")
+        return original(val, include_real)
+    proxy_tensor.extract_val = extract_val
+    try:
+        if TracingContext.try_get() is not None:
+            yield
+        else:
+            with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True))):
+                yield
+    finally:
+        proxy_tensor.extract_val = original
 
 
 def failure_site(exc: BaseException) -> str:
@@ -278,6 +318,10 @@ def storage_layouts(gm, args: list) -> dict:
     Empty when that run fails (every layout then unknown: rules that need one say so)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    from .meta_layouts import meta_layouts
+    layouts = meta_layouts(gm, args)
+    if layouts is not None:
+        return layouts
     try:
         mode = FakeTensorMode(allow_non_fake_inputs=True)
         fakes = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
