@@ -13,6 +13,7 @@ import functools
 import os
 import re
 import sys
+import sysconfig
 import traceback
 from dataclasses import replace
 from typing import Any, Callable
@@ -31,6 +32,7 @@ from .torch_placements import placement_specs, stated_relations
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ZOO_DIR = os.path.join(_PKG_DIR, "zoo")  # the bundled case files are user code
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_STDLIB_DIRS = tuple(os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib"))
 DTYPES = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
     torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
@@ -109,10 +111,12 @@ def group_ranks(group_name: str) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=None)
 def _is_user_file(filename: str) -> bool:
-    """Not torch, not shardproof (its bundled zoo cases are user code), not the stdlib's glue."""
+    """Not torch, not shardproof (its bundled zoo cases are user code), not the stdlib
+    (its glue: contextlib, and a worker process's concurrent.futures and multiprocessing)."""
     f = os.path.abspath(filename)
     ours = f.startswith(_PKG_DIR) and not f.startswith(_ZOO_DIR)
-    return not (f.startswith(_TORCH_DIR) or ours or "/contextlib.py" in f or filename.startswith("<"))
+    stdlib = f.startswith(_STDLIB_DIRS) and "-packages" + os.sep not in f
+    return not (f.startswith(_TORCH_DIR) or ours or stdlib or "/contextlib.py" in f or filename.startswith("<"))
 
 
 def _user_frame(summary) -> traceback.FrameSummary | None:
