@@ -16,8 +16,10 @@ def _meta_like(value, storages: dict):
     sharing a storage share the meta storage too (as a fake-tensor conversion keeps them)."""
     if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
         return value
+    from torch._subclasses.fake_tensor import is_fake
     storage = value.untyped_storage()
-    key = (storage.data_ptr(), storage.nbytes(), value.dtype) if storage.data_ptr() else id(value)
+    ptr = 0 if is_fake(value) else storage.data_ptr()
+    key = (ptr, storage.nbytes(), value.dtype) if ptr else id(value)
     base = storages.get(key)
     if base is None:
         base = storages[key] = torch.empty(max(storage.nbytes() // value.element_size(), 1), dtype=value.dtype,
