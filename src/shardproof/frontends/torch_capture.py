@@ -165,7 +165,8 @@ def one_fake_mode():
     """A real-mode make_fx records each op's output metadata as a fake tensor, in a fake
     mode it looks up (``detect_fake_mode``) or, finding none, makes anew for every op (a
     ``FakeTensorMode`` records the whole stack when made). A tracing context holding one
-    mode makes the lookup find it; nothing else reads it in a real-mode trace."""
+    mode makes the lookup find it; a real tensor's metadata is recorded as a meta tensor
+    (shape, dtype, strides: what :func:`from_fx` reads) and ``tensor_meta`` not at all."""
     from torch._guards import TracingContext, tracing
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental import proxy_tensor
@@ -176,6 +177,8 @@ def one_fake_mode():
             return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device="meta")
         return original(val, include_real)
     proxy_tensor.extract_val = extract_val
+    metadata = proxy_tensor._extract_tensor_metadata  # node.meta["tensor_meta"]: read by nothing here
+    proxy_tensor._extract_tensor_metadata = _no_metadata
     try:
         if TracingContext.try_get() is not None:
             yield
@@ -184,6 +187,11 @@ def one_fake_mode():
                 yield
     finally:
         proxy_tensor.extract_val = original
+        proxy_tensor._extract_tensor_metadata = metadata
+
+
+def _no_metadata(val, include_contiguity=True):
+    return None
 
 
 def failure_site(exc: BaseException) -> str:
