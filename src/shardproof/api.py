@@ -58,7 +58,7 @@ before the distributed programs are built from them (deterministic runs)."""
 
 def capture_case(case: Case, world_size: int | None = None, progress: Progress = None, workers: int | None = None):
     """Trace the single-device program and every rank (on `workers` processes: see
-    :data:`CAPTURE_WORKERS`); returns graphs and input values:
+    :func:`~shardproof.frontends.rank_pool.capture_ranks`); returns graphs and input values:
     the single-device ones the ranks were built from (the weights redrawn with distinct
     values, so a loader's blocks tell themselves apart), the ranks', and the user's own
     single-device values (for programs built before the redraw)."""
@@ -84,20 +84,6 @@ def capture_case(case: Case, world_size: int | None = None, progress: Progress =
     return seq, dist, seq_values, rank_values, original, _data_probe(case, world, draws)
 
 
-CAPTURE_WORKERS = 1
-"""Processes the ranks are captured on when the caller does not say (``workers=None``);
-0: min(ranks, CPUs). One by default: on a 2-core machine the forked workers do not pay
-(bench/README.md)."""
-
-
-def _ranks(capture_rank, world: int, workers, progress) -> tuple[list, list]:
-    """(graphs, input values) of every rank (:func:`~shardproof.frontends.rank_pool.map_ranks`)."""
-    from .frontends.rank_pool import map_ranks
-    workers = CAPTURE_WORKERS if workers is None else workers
-    results = map_ranks(capture_rank, world, workers or None, progress)
-    return [g for g, _ in results], [v for _, v in results]
-
-
 def _data_probe(case: Case, world: int, draws):
     """The case's ``dist_inputs`` applied to data holding distinct values (single-device
     probe, each rank's), which shows the pieces it selects where the example data repeat
@@ -114,6 +100,7 @@ def _data_probe(case: Case, world: int, draws):
 
 
 def _capture_forward(case: Case, world: int, say, total: int, tc, workers=None):
+    from .frontends.rank_pool import capture_ranks
     try:
         say("capturing the single-device program", 0, total)
         seq = tc.capture_single(case.single, case.inputs)
@@ -123,8 +110,8 @@ def _capture_forward(case: Case, world: int, say, total: int, tc, workers=None):
             data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
             graph, program = tc.capture_rank(case.distributed, rank, world, data)
             return graph, _numpy(tc.program_inputs(program, data))
-        graphs, rank_values = _ranks(capture_rank, world, workers,
-                                     lambda r: say(f"capturing rank {r} of {world}", 1 + r, total))
+        graphs, rank_values = capture_ranks(capture_rank, world, workers,
+                                             lambda r: say(f"capturing rank {r} of {world}", 1 + r, total))
     except tc.CaptureError as exc:
         raise InputError(str(exc) + user_location(exc)) from None
     return seq, DistributedProgram(graphs), seq_values, rank_values
@@ -149,6 +136,7 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
     """Trace the reference training step and every rank's ``train_step``."""
     from .frontends import torch_capture as tc
     from .frontends import torch_train as tt
+    from .frontends.rank_pool import capture_ranks
     try:
         say("capturing the single-device training step", 0, total)
         seq, seq_inputs = tt.capture_single_step(case.single, case.inputs, case.train)
@@ -157,8 +145,8 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
             data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
             graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data, case.train)
             return graph, _numpy(inputs)
-        graphs, rank_values = _ranks(capture_rank, world, workers,
-                                     lambda r: say(f"capturing rank {r} of {world} (training step)", 1 + r, total))
+        graphs, rank_values = capture_ranks(capture_rank, world, workers,
+                                             lambda r: say(f"capturing rank {r} of {world} (training step)", 1 + r, total))
     except tc.CaptureError as exc:
         raise InputError(str(exc) + user_location(exc)) from None
     return seq, DistributedProgram(graphs), _numpy(seq_inputs), rank_values
@@ -237,7 +225,7 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
 
     `relations` (name/glob -> relation) and a YAML `relations_file` add to and override
     the case's own relations; inputs no one names are related by value matching. `workers`:
-    processes the ranks are captured on (:data:`CAPTURE_WORKERS`)."""
+    processes the ranks are captured on (:func:`~shardproof.frontends.rank_pool.capture_ranks`)."""
     spec = parse_spec(case.relations, source=f"relations of case {case.name or '?'}")
     spec.update(parse_spec(relations, source="relations"))
     expect = {name: parse_relation(rel) for name, rel in (case.expect or {}).items()}

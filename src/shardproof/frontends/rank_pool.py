@@ -18,6 +18,10 @@ from typing import Any, Callable
 from .user_frame import user_location
 
 _TASK: list = []  # the function the forked workers run (set before the fork)
+CAPTURE_WORKERS = 1
+"""Processes the ranks are captured on when the caller does not say (``workers=None``);
+0: min(ranks, CPUs). One by default: on this project's 2-core machine the forked workers
+do not pay (bench/README.md)."""
 
 
 class RankCaptureError(Exception):
@@ -76,3 +80,12 @@ def map_ranks(capture: Callable[[int], Any], world: int, workers: int | None = N
         if status == "error":
             raise RankCaptureError(payload)
     return [payload for _, payload in results]
+
+
+def capture_ranks(capture_rank: Callable[[int], tuple], world: int, workers: int | None = None,
+                  progress: Callable[[int], None] | None = None) -> tuple[list, list]:
+    """(graphs, input values) of every rank, `capture_rank(rank)` giving each pair, on
+    `workers` processes (None: :data:`CAPTURE_WORKERS`; 0: :func:`default_workers`)."""
+    workers = CAPTURE_WORKERS if workers is None else workers
+    results = map_ranks(capture_rank, world, workers or None, progress)
+    return [g for g, _ in results], [v for _, v in results]
