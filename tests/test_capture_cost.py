@@ -3,6 +3,7 @@ layouts from a meta-tensor run, and ranks captured on forked worker processes. E
 checked against what it replaces: make_fx's whole-stack recording (filtered to the user's
 innermost frame), the fake-tensor layout propagation, and the serial capture."""
 import contextlib
+import json
 import linecache
 import os
 import traceback
@@ -140,3 +141,18 @@ def test_parallel_capture_reports_the_users_line():
         return torch_capture.capture_rank(build, rank, 2, {"x": torch.ones(2)})
     with pytest.raises(torch_capture.CaptureError, match="building the program for rank 0 failed.*no such layer"):
         map_ranks(capture, 2, workers=2)
+
+
+def test_cli_capture_workers(capsys, monkeypatch):
+    """``--capture-workers 2``: the CLI proves a case from ranks captured on two workers
+    (tp_mlp, correct: the zoo's gloo-labelled case; not confirmed by execution here)."""
+    from conftest import ZOO
+    from shardproof import cli
+    from shardproof.frontends import rank_pool
+    monkeypatch.setattr(rank_pool, "CAPTURE_WORKERS", 1)
+    used = []
+    original = rank_pool.map_ranks
+    monkeypatch.setattr(rank_pool, "map_ranks", lambda *a, **k: used.append(a[2]) or original(*a, **k))
+    cli.main(["verify", os.path.join(ZOO, "tp_mlp.py"), "--capture-workers", "2", "--no-confirm", "--json", "-"])
+    report = json.loads(capsys.readouterr().out)
+    assert used == [2] and report["reason"].startswith("proved, but not confirmed"), report["reason"]
