@@ -87,6 +87,7 @@ def reference():
         return _capture(workers=1)
 
 
+@pytest.mark.sweep  # a second, slow capture (the old way): make test-all
 def test_cheap_capture_gives_the_graphs_of_the_whole_stack_capture(cheap, reference):
     """Same nodes, same source line on every node (forward and backward), same layouts."""
     for got, want in zip([cheap[0], *cheap[1].graphs], [reference[0], *reference[1].graphs]):
