@@ -2,7 +2,8 @@
 ``meta`` tensors: the meta kernels are what a fake-tensor run uses for a CPU tensor's
 layout, without the fake mode's per-op Python dispatch (about 3x cheaper). The inputs keep
 their strides, offsets and storage sizes; factory ops are moved to the meta device. None
-when any node fails there: the caller then runs the fake-tensor propagation."""
+when any node fails there: the caller then runs the fake-tensor propagation. (Where the two
+differ, in the stride of a size-1 dimension of a view, the meta run gives eager's.)"""
 from __future__ import annotations
 
 import torch
