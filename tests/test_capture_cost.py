@@ -157,3 +157,13 @@ def test_cli_capture_workers(capsys, monkeypatch):
     cli.main(["verify", os.path.join(ZOO, "tp_mlp.py"), "--capture-workers", "2", "--no-confirm", "--json", "-"])
     report = json.loads(capsys.readouterr().out)
     assert used == [2] and report["reason"].startswith("proved, but not confirmed"), report["reason"]
+
+
+def test_meta_layout_is_eagers_where_the_fake_one_differs():
+    """A view whose size-1 dimension's stride the fake-tensor run sets otherwise than eager
+    (as in the attention training steps): the meta run gives eager's."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    t = torch.empty_strided((1, 6, 12, 2), (144, 1, 12, 6))
+    gm = make_fx(lambda x: x.view(1, 6, 24))(t)
+    view = next(n for n in gm.graph.nodes if n.op == "call_function")
+    assert meta_layouts.meta_layouts(gm, [t])[view] == (tuple(t.view(1, 6, 24).stride()), 0)
