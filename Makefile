@@ -44,8 +44,11 @@ test-fast: $(STAMP)
 harness: $(STAMP)
 	SHARDPROOF_HARNESS_EXAMPLES=100 $(BIN)/python -m pytest -q tests/harness
 
+# tables, never gating: the zoo, the scaling sweep of issue 16, capture at Llama-3-8B shapes (bench/README.md)
 bench: $(STAMP)
 	$(BIN)/python bench/zoo.py
+	$(BIN)/python bench/scale.py
+	$(BIN)/python bench/llama_fake.py
 
 # mutation testing over the correct zoo cases: exit 1 if a mutant survives (unsound rules)
 mutants: $(STAMP)

@@ -56,8 +56,9 @@ REDRAW_SEED = 20_241_114
 before the distributed programs are built from them (deterministic runs)."""
 
 
-def capture_case(case: Case, world_size: int | None = None, progress: Progress = None):
-    """Trace the single-device program and every rank; returns graphs and input values:
+def capture_case(case: Case, world_size: int | None = None, progress: Progress = None, workers: int | None = None):
+    """Trace the single-device program and every rank (on `workers` processes: see
+    :func:`~shardproof.frontends.rank_pool.capture_ranks`); returns graphs and input values:
     the single-device ones the ranks were built from (the weights redrawn with distinct
     values, so a loader's blocks tell themselves apart), the ranks', and the user's own
     single-device values (for programs built before the redraw)."""
@@ -73,9 +74,9 @@ def capture_case(case: Case, world_size: int | None = None, progress: Progress =
     draws.redraw(case.single, REDRAW_SEED)
     try:
         if case.train is not None:
-            seq, dist, seq_values, rank_values = _capture_training(case, world, say, total)
+            seq, dist, seq_values, rank_values = _capture_training(case, world, say, total, workers)
         else:
-            seq, dist, seq_values, rank_values = _capture_forward(case, world, say, total, tc)
+            seq, dist, seq_values, rank_values = _capture_forward(case, world, say, total, tc, workers)
     finally:
         draws.restore(case.single, saved)
     original = _numpy(tc.program_inputs(case.single, {})) if saved else {}
@@ -98,18 +99,19 @@ def _data_probe(case: Case, world: int, draws):
     return _numpy({k: v for k, v in probe.items() if hasattr(v, "detach")}), ranks
 
 
-def _capture_forward(case: Case, world: int, say, total: int, tc):
+def _capture_forward(case: Case, world: int, say, total: int, tc, workers=None):
+    from .frontends.rank_pool import capture_ranks
     try:
         say("capturing the single-device program", 0, total)
         seq = tc.capture_single(case.single, case.inputs)
         seq_values = _numpy(tc.program_inputs(case.single, case.inputs))
-        graphs, rank_values = [], []
-        for rank in range(world):
-            say(f"capturing rank {rank} of {world}", 1 + rank, total)
+
+        def capture_rank(rank):
             data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
             graph, program = tc.capture_rank(case.distributed, rank, world, data)
-            graphs.append(graph)
-            rank_values.append(_numpy(tc.program_inputs(program, data)))
+            return graph, _numpy(tc.program_inputs(program, data))
+        graphs, rank_values = capture_ranks(capture_rank, world, workers,
+                                             lambda r: say(f"capturing rank {r} of {world}", 1 + r, total))
     except tc.CaptureError as exc:
         raise InputError(str(exc) + user_location(exc)) from None
     return seq, DistributedProgram(graphs), seq_values, rank_values
@@ -130,20 +132,21 @@ def lower_jax_case(case: Case, world_size: int | None, spec: dict, progress: Pro
     return seq, DistributedProgram(graphs), values
 
 
-def _capture_training(case: Case, world: int, say, total: int):
+def _capture_training(case: Case, world: int, say, total: int, workers=None):
     """Trace the reference training step and every rank's ``train_step``."""
     from .frontends import torch_capture as tc
     from .frontends import torch_train as tt
+    from .frontends.rank_pool import capture_ranks
     try:
         say("capturing the single-device training step", 0, total)
         seq, seq_inputs = tt.capture_single_step(case.single, case.inputs, case.train)
-        graphs, rank_values = [], []
-        for rank in range(world):
-            say(f"capturing rank {rank} of {world} (training step)", 1 + rank, total)
+
+        def capture_rank(rank):
             data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
             graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data, case.train)
-            graphs.append(graph)
-            rank_values.append(_numpy(inputs))
+            return graph, _numpy(inputs)
+        graphs, rank_values = capture_ranks(capture_rank, world, workers,
+                                             lambda r: say(f"capturing rank {r} of {world} (training step)", 1 + r, total))
     except tc.CaptureError as exc:
         raise InputError(str(exc) + user_location(exc)) from None
     return seq, DistributedProgram(graphs), _numpy(seq_inputs), rank_values
@@ -217,11 +220,12 @@ class Prepared:
 
 
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
-            relations_file: str | None = None, progress: Progress = None) -> Prepared:
+            relations_file: str | None = None, progress: Progress = None, workers: int | None = None) -> Prepared:
     """Capture `case` at `world_size` (default: the case's) and relate its inputs.
 
     `relations` (name/glob -> relation) and a YAML `relations_file` add to and override
-    the case's own relations; inputs no one names are related by value matching."""
+    the case's own relations; inputs no one names are related by value matching. `workers`:
+    processes the ranks are captured on (:func:`~shardproof.frontends.rank_pool.capture_ranks`)."""
     spec = parse_spec(case.relations, source=f"relations of case {case.name or '?'}")
     spec.update(parse_spec(relations, source="relations"))
     expect = {name: parse_relation(rel) for name, rel in (case.expect or {}).items()}
@@ -236,7 +240,7 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
         seq, dist, seq_values = lower_jax_case(case, world_size, spec, progress)
         rank_values = original = probe = None
     else:
-        seq, dist, seq_values, rank_values, original, probe = capture_case(case, world_size, progress)
+        seq, dist, seq_values, rank_values, original, probe = capture_case(case, world_size, progress, workers)
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
                               spec, seq_values, rank_values, original_values=original or None, probe=probe)

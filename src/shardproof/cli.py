@@ -105,6 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--timeout", metavar="SECONDS", type=float,
                    help="time budget of each run: past it the verdict is unknown, naming the stage and node where "
                         "it stopped (checked between stages and between interpreted nodes)")
+    v.add_argument("--capture-workers", metavar="K", type=int,
+                   help="capture a live case's ranks on K forked processes (0: one per CPU; default 1)")
     v.add_argument("--max-memory", metavar="SIZE",
                    help="peak memory (RSS) budget of the process, e.g. 2G or 512M: above it the verdict is unknown, "
                         "naming where it stopped")
@@ -294,6 +296,9 @@ def _verify(args) -> int:
 
     from .report.summary import render_summary, summary_json
     _check_form(args)
+    if args.capture_workers is not None:
+        from .frontends import rank_pool
+        rank_pool.CAPTURE_WORKERS = max(0, args.capture_workers)
     if args.save_counterexample and not args.case:
         raise UsageError("--save-counterexample replays case files (a graph dump is never executed)")
     if args.save_counterexample and os.path.exists(args.save_counterexample) and not os.path.isdir(args.save_counterexample):

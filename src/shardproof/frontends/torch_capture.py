@@ -9,9 +9,11 @@ each node keeps the user's source line (innermost frame outside torch and shardp
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
+import sysconfig
 import traceback
 from dataclasses import replace
 from typing import Any, Callable
@@ -31,6 +33,7 @@ from .torch_placements import placement_specs, stated_relations
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ZOO_DIR = os.path.join(_PKG_DIR, "zoo")  # the bundled case files are user code
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_STDLIB_DIRS = tuple(os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib"))
 DTYPES = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
     torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
@@ -107,11 +110,14 @@ def group_ranks(group_name: str) -> tuple[int, ...]:
 
 # ---------------------------------------------------------------- source locations
 
+@functools.lru_cache(maxsize=None)
 def _is_user_file(filename: str) -> bool:
-    """Not torch, not shardproof (its bundled zoo cases are user code), not the stdlib's glue."""
+    """Not torch, not shardproof (its bundled zoo cases are user code), not the stdlib
+    (its glue: contextlib, and a worker process's concurrent.futures and multiprocessing)."""
     f = os.path.abspath(filename)
     ours = f.startswith(_PKG_DIR) and not f.startswith(_ZOO_DIR)
-    return not (f.startswith(_TORCH_DIR) or ours or "/contextlib.py" in f or filename.startswith("<"))
+    stdlib = f.startswith(_STDLIB_DIRS) and "-packages" + os.sep not in f
+    return not (f.startswith(_TORCH_DIR) or ours or stdlib or "/contextlib.py" in f or filename.startswith("<"))
 
 
 def _user_frame(summary) -> traceback.FrameSummary | None:
@@ -128,19 +134,65 @@ def innermost_user_frame() -> traceback.FrameSummary | None:
 
 @contextlib.contextmanager
 def user_stack_traces():
-    """Keep the user's innermost frame on every traced node. make_fx's own filter keeps
-    only frames named ``forward``, which loses plain functions and helper calls."""
+    """Keep the user's innermost frame on every traced node, cheaply: make_fx's own
+    recording symbolizes the whole stack for every node (and its filter keeps only frames
+    named ``forward``, which loses plain functions and helper calls); here each node gets
+    the one frame, found by walking the live frames (see :func:`innermost_user_frame`).
+    Also one fake mode for the whole trace (:func:`one_fake_mode`)."""
     from torch.fx.proxy import TracerBase
-    original = TracerBase._filter_traceback_frames
+    original = TracerBase.create_node
 
-    def keep_user_frame(self, summary):
-        frame = _user_frame(summary)
-        return traceback.StackSummary.from_list([frame] if frame else [])
-    TracerBase._filter_traceback_frames = keep_user_frame
+    def create_node(self, *args, **kwargs):
+        record, self.record_stack_traces = self.record_stack_traces, False
+        try:
+            node = original(self, *args, **kwargs)
+        finally:
+            self.record_stack_traces = record
+        if record and not node.stack_trace:
+            frame = innermost_user_frame()
+            if frame is not None:
+                node.stack_trace = "".join(traceback.format_list([frame])).strip()
+        return node
+    TracerBase.create_node = create_node
     try:
-        yield
+        with one_fake_mode():
+            yield
     finally:
-        TracerBase._filter_traceback_frames = original
+        TracerBase.create_node = original
+
+
+@contextlib.contextmanager
+def one_fake_mode():
+    """A real-mode make_fx records each op's output metadata as a fake tensor, in a fake
+    mode it looks up (``detect_fake_mode``) or, finding none, makes anew for every op (a
+    ``FakeTensorMode`` records the whole stack when made). A tracing context holding one
+    mode makes the lookup find it; a real tensor's metadata is recorded as a meta tensor
+    (shape, dtype, strides: what :func:`from_fx` reads) and ``tensor_meta`` not at all."""
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental import proxy_tensor
+    original = proxy_tensor.extract_val
+
+    def extract_val(val, include_real=False):
+        if type(val) is torch.Tensor and val.layout == torch.strided:  # a real tensor: its metadata only
+            return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device="meta")
+        return original(val, include_real)
+    proxy_tensor.extract_val = extract_val
+    metadata = proxy_tensor._extract_tensor_metadata  # node.meta["tensor_meta"]: read by nothing here
+    proxy_tensor._extract_tensor_metadata = _no_metadata
+    try:
+        if TracingContext.try_get() is not None:
+            yield
+        else:
+            with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True))):
+                yield
+    finally:
+        proxy_tensor.extract_val = original
+        proxy_tensor._extract_tensor_metadata = metadata
+
+
+def _no_metadata(val, include_contiguity=True):
+    return None
 
 
 def failure_site(exc: BaseException) -> str:
@@ -280,6 +332,10 @@ def storage_layouts(gm, args: list) -> dict:
     Empty when that run fails (every layout then unknown: rules that need one say so)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    from .meta_layouts import meta_layouts
+    layouts = meta_layouts(gm, args)
+    if layouts is not None:
+        return layouts
     try:
         mode = FakeTensorMode(allow_non_fake_inputs=True)
         fakes = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]

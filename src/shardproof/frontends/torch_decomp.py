@@ -4,16 +4,24 @@ one it does not is traced through torch's decomposition into ops that may have r
 (``addcmul`` into mul and add, ``hardswish`` into add, clamp, mul and div, ...)."""
 from __future__ import annotations
 
+import functools
+
 from ..ops.registry import REGISTRY, load_builtin
+
+
+@functools.lru_cache(maxsize=1)
+def _core_aten() -> tuple:
+    """torch's core-ATen table, built once (building it walks every op: ~0.3 s a trace)."""
+    from torch._decomp import core_aten_decompositions
+    return tuple(core_aten_decompositions().items())
 
 
 def capture_decompositions() -> dict:
     """{OpOverload: decomposition} for the aten ops the registry has no rule for."""
     import torch
-    from torch._decomp import core_aten_decompositions
     load_builtin()
     table = {}
-    for op, fn in core_aten_decompositions().items():
+    for op, fn in _core_aten():
         if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten" and f"aten.{op._opname}" not in REGISTRY:
             table[op] = fn
     return table

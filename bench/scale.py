@@ -1,0 +1,90 @@
+"""The scaling sweep of issue 16 (a table; never gates anything): the Llama training step of
+bench/llama_stack.py (hidden 32, 16 heads, 8 KV heads, AdamW, clipping) with one axis
+varied at a time from N1 dp2 tp2 M2 -- layers N in {1,2,4,8}, tp in {2,4,8}, dp in {2,4,8},
+microbatches M in {2,4,8}. Each configuration runs in its own process (its peak RSS is its
+own): capture (wall and CPU seconds, CPU ms per traced node), the proof (the engine, no
+confirmation by execution), the engine's verdict, peak memory.
+
+    python bench/scale.py [--quick] [--workers K] [--only N,dp,tp,M ...]
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BASE = (1, 2, 2, 2)  # N, dp, tp, M
+SWEEP = {"N": (1, 2, 4, 8), "dp": (2, 4, 8), "tp": (2, 4, 8), "M": (2, 4, 8)}
+QUICK = {"N": (1, 2), "dp": (2, 4), "tp": (2, 4), "M": (2, 4)}
+
+
+def configs(sweep) -> list:
+    out = []
+    for axis, values in sweep.items():
+        for v in values:
+            c = list(BASE)
+            c[("N", "dp", "tp", "M").index(axis)] = v
+            if tuple(c) not in out:
+                out.append(tuple(c))
+    return out
+
+
+def one(n_layers, dp, tp, microbatches, workers=None) -> dict:
+    """Capture and prove one configuration in this process."""
+    sys.path.insert(0, HERE)
+    import torch
+    import llama_stack
+    from shardproof.api import NO_CONFIRM, capture_case, prepare, verify_prepared
+    torch.set_num_threads(1)
+    capture_case(llama_stack.case(1, 1, 2, 1), 2)  # warm-up: imports, caches
+    case = llama_stack.case(n_layers, dp, tp, microbatches)
+    options = {} if workers is None else {"workers": workers}
+    t0, c0 = time.perf_counter(), time.process_time()
+    p = prepare(case, dp * tp, **options)
+    capture_s, capture_cpu = time.perf_counter() - t0, time.process_time() - c0
+    t1 = time.perf_counter()
+    report = verify_prepared(p, confirm_draws=NO_CONFIRM, fixes=False)
+    prove_s = time.perf_counter() - t1
+    nodes = len(p.seq.nodes) + sum(len(g.nodes) for g in p.dist.graphs)
+    proved = report.status == "unknown" and (report.reason or "").startswith("proved, but not confirmed")
+    engine = "proved" if proved else report.status  # confirmation by execution is not run here
+    return {"N": n_layers, "dp": dp, "tp": tp, "M": microbatches, "ranks": dp * tp, "nodes": nodes,
+            "capture_s": round(capture_s, 2), "capture_cpu_s": round(capture_cpu, 2),
+            "ms_per_node": round(1000 * capture_cpu / nodes, 3), "prove_s": round(prove_s, 2),
+            "verdict": engine, "reason": (report.reason or "")[:80],
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="a smaller sweep")
+    ap.add_argument("--workers", type=int)
+    ap.add_argument("--only", nargs="*", help="configurations N,dp,tp,M")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers)))
+        return
+    todo = [tuple(map(int, c.split(","))) for c in args.only] if args.only else configs(QUICK if args.quick else SWEEP)
+    print("| N | dp | tp | M | ranks | traced nodes | capture s (wall) | capture s (CPU) | capture CPU ms / node "
+          "| proof s | engine verdict | peak MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for c in todo:
+        cmd = [sys.executable, os.path.abspath(__file__), "--one", ",".join(map(str, c))]
+        if args.workers is not None:
+            cmd += ["--workers", str(args.workers)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode:
+            print(f"| {' | '.join(map(str, c))} | failed: {out.stderr.strip().splitlines()[-1][:100]} |")
+            continue
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"| {r['N']} | {r['dp']} | {r['tp']} | {r['M']} | {r['ranks']} | {r['nodes']} | {r['capture_s']} "
+              f"| {r['capture_cpu_s']} | {r['ms_per_node']} | {r['prove_s']} | {r['verdict']} | {r['peak_mb']} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
