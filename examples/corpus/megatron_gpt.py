@@ -158,11 +158,18 @@ def drop_reduction(linear) -> None:
 
 
 def single_model() -> GPTModel:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """The TP-1 reference, built on the process group that is up (a real gloo run's) or on a
+    one-process fake one, let go once built (its layers keep their TP-1 group)."""
+    owns_group = not dist.is_initialized()
+    if owns_group:
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=1)
     torch.manual_seed(0)
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=1)
-    model = build(1)
+    try:
+        model = build(1)
+    finally:
+        if owns_group:
+            parallel_state.destroy_model_parallel()
+            dist.destroy_process_group()
     with torch.no_grad():  # non-trivial norm weights, so their relations are checked
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):

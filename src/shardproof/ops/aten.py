@@ -534,8 +534,14 @@ def _affine(ctx: RuleCtx, prod_val: Val, bias, beta=1, alpha=1) -> Val:
 
 declare((T + "mm", T + "bmm", T + "matmul"), numerics=lambda a, b: np.matmul(as_float(a), as_float(b)),
         rule=lambda ctx, a, b: _dot_nd(ctx, a, b), doc="matrix product (block-matrix lemma over sharded K)")
-declare((T + "addmm", T + "baddbmm"),
-        numerics=lambda c, a, b, beta=1, alpha=1: beta * as_float(c) + alpha * np.matmul(as_float(a), as_float(b)),
+def _affine_num(c, a, b, beta=1, alpha=1):
+    """beta*c + alpha*(a@b); with beta 0, c is ignored as torch does (its nan and inf too: an
+    uninitialized buffer, as megatron-core's attention passes to baddbmm)."""
+    prod = alpha * np.matmul(as_float(a), as_float(b))
+    return prod + np.zeros(np.shape(c)) if beta == 0 else beta * as_float(c) + prod
+
+
+declare((T + "addmm", T + "baddbmm"), numerics=_affine_num,
         rule=lambda ctx, c, a, b, beta=1, alpha=1: _affine(ctx, _dot_nd(ctx, a, b), c, beta, alpha),
         doc="beta*c + alpha*(a@b)")
 declare(T + "linear", numerics=lambda x, w, b=None: np.matmul(as_float(x), as_float(w).T) + (0 if b is None else b),
