@@ -16,4 +16,6 @@ def capture_decompositions() -> dict:
     for op, fn in core_aten_decompositions().items():
         if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten" and f"aten.{op._opname}" not in REGISTRY:
             table[op] = fn
+    from ..ops.complex_ops import complex_mul
+    table[torch.ops.aten.mul.Tensor] = complex_mul  # complex operands only (NotImplemented otherwise)
     return table

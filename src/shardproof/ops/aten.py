@@ -717,8 +717,15 @@ def _sdpa_scores(q, k, is_causal, attn_mask, scale):
     return scores, s
 
 
+def _gqa_repeat(q, kv):
+    """Key/value heads repeated in place to the query's head count (grouped-query attention)."""
+    hq, hkv = (np.shape(x)[-3] if np.ndim(x) >= 3 else 0 for x in (q, kv))
+    return np.repeat(kv, hq // hkv, axis=-3) if hkv and hq != hkv and hq % hkv == 0 else kv
+
+
 def _sdpa_num(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
     q, k, v = as_float(q), as_float(k), as_float(v)
+    k, v = _gqa_repeat(q, k), _gqa_repeat(q, v)
     scores, _ = _sdpa_scores(q, k, is_causal, attn_mask, scale)
     mx = scores.max(-1, keepdims=True)
     e = np.exp(scores - mx)
@@ -744,6 +751,18 @@ def _pairings(terms, ops: list, d: int):
 _BUILT: WeakKeyDictionary = WeakKeyDictionary()  # term store -> sdpa operands -> pairings built over them
 
 
+def _gqa_heads(terms, q: Val, kv: Val, nd: int) -> Val:
+    """Grouped-query attention (fewer key/value heads than query heads, as torch's kernels take
+    them): query head h reads key/value head h // g, i.e. the key/value heads repeated in place
+    (``repeat_interleave``), a selection with repeated positions."""
+    if nd < 3:
+        return kv
+    hq, hkv = (len(layout.vec_array(x.vecs[nd - 3], terms.shape(x.t)[nd - 3])) for x in (q, kv))
+    if hq == hkv or hq % hkv:
+        return kv
+    return layout.take(terms, kv, nd - 3, np.repeat(np.arange(hkv), hq // hkv))
+
+
 def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
     """Attention is exact on any common selection of the batch/head dims, and on a
     selection of query rows unless a causal mask ties rows to absolute positions.
@@ -754,6 +773,7 @@ def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=Fa
     both build the same term (as reshape prefers a split the other program built)."""
     terms = ctx.terms
     nd = len(q.vecs)
+    k, v = (_gqa_heads(terms, q, kv, nd) for kv in (k, v))
     q = layout.materialize(terms, q, [nd - 1] + ([nd - 2] if is_causal else []))
     k = layout.materialize(terms, k, [nd - 2, nd - 1])
     v = layout.materialize(terms, v, [nd - 2, nd - 1])
