@@ -105,3 +105,19 @@ def test_labels_on_gloo(monkeypatch):
         whole = run.single["out"]
         diffs = [float((r["out"] - whole.chunk(2, 2)[i]).abs().max()) for i, r in enumerate(run.ranks)]
         assert all(d < 1e-4 for d in diffs) == agrees, (bug, diffs)
+
+
+@pytest.mark.slow
+@pytest.mark.sweep
+def test_dump_pair_verifies_and_bug_is_a_violation(tmp_path):
+    """The generator's readable FX dumps (make corpus) at TP 2, with the relations file it
+    writes beside them: verified, and the dropped reduce-scatter a violation."""
+    import make_dumps
+    make_dumps.WORLDS = (2,)
+    make_dumps.dump_case("megatron_gpt", BUG, str(tmp_path))
+    root = tmp_path / "megatron_gpt"
+    ok = api.verify_dumps(str(root / "tp1"), str(root / "tp2"), str(root / "tp2.yaml"), auto_relations=True)
+    assert ok.status == "verified", (ok.status, ok.reason)
+    bad = api.verify_dumps(str(root / "tp1"), str(root / "tp2.bug"), str(root / "tp2.bug.yaml"), auto_relations=True)
+    assert bad.status == "violation", (bad.status, bad.reason)
+    assert bad.findings[0].kind == "partial-sum-never-reduced", bad.findings[0]
