@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-fast harness bench mutants setup browser clean
+.PHONY: demo test test-all test-fast harness bench mutants setup browser clean corpus
 
 setup: $(STAMP)
 
@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[torch,jax,test,corpus]'
+	$(BIN)/pip install -q --no-deps megatron-core==0.16.1 torchtitan==0.3.0 triton==3.9.0 spmd_types==0.2.3
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -43,6 +44,10 @@ test-fast: $(STAMP)
 # the property harness (every op's numerics and rule against torch's kernels), deeper than in `make test`
 harness: $(STAMP)
 	SHARDPROOF_HARNESS_EXAMPLES=100 $(BIN)/python -m pytest -q tests/harness
+
+# the real-client corpus as readable FX dump pairs (CPU; libraries of the `corpus` extra)
+corpus: $(STAMP)
+	$(BIN)/python examples/corpus/make_dumps.py corpus_dumps
 
 # tables, never gating: the zoo, the scaling sweep of issue 16, capture at Llama-3-8B shapes (bench/README.md)
 bench: $(STAMP)

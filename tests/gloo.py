@@ -350,3 +350,21 @@ def run_fn_on_gloo(fn, world: int, timeout: float = 120.0) -> list:
         for p in procs:
             p.join(10)
     return out
+
+
+def sharded_differences(path: str, world_size: int, dim: int, env: dict | None = None) -> list[float]:
+    """Per rank, max |its ``out`` - chunk r along `dim` of the single device's| on a real gloo
+    group, the case file loaded with `env` set (e.g. ``{"BUG": ...}``); inf where a rank failed."""
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        run = run_case_file(path, world_size)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    whole = run.single["out"]
+    return [float((r["out"] - whole.chunk(world_size, dim)[i]).abs().max()) if isinstance(r, dict) else float("inf")
+            for i, r in enumerate(run.ranks)]

@@ -580,7 +580,15 @@ class _Parser(AutoFunctionalized):
 
     def constant_value(self, node: Node, value):
         """A supplied scalar as the constant's value: every element holds it, in the dtype
-        live capture uses (float64, int64 or bool)."""
+        live capture uses (float64, int64 or bool); or a list of the elements in order (a
+        table the dump does not print, e.g. RoPE's inverse frequencies)."""
+        if isinstance(value, list) and isinstance(node.type, TensorType):
+            elements = np.asarray(value, dtype=np.float64)
+            if elements.ndim != 1 or elements.size != int(np.prod(node.type.shape)):
+                raise self.err(f"constant {node.name} is {node.type}: give one number or "
+                               f"{int(np.prod(node.type.shape))} of them, not {elements.size}")
+            kind = {"b8": bool}.get(node.type.dtype, np.int64 if node.type.dtype.startswith(("i", "u")) else np.float64)
+            return elements.astype(kind).reshape(node.type.shape)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.err(f"the value given for constant {node.name} must be a number, not {value!r}")
         if not isinstance(node.type, TensorType):

@@ -37,7 +37,7 @@ _STDLIB_DIRS = tuple(os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in
 DTYPES = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
     torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
-    torch.bool: "b8",
+    torch.bool: "b8", torch.complex64: "c64", torch.complex128: "c128",
 }
 _DROPPED_KWARGS = {"device", "layout", "pin_memory", "memory_format", "non_blocking"}
 
@@ -248,14 +248,26 @@ def program_inputs(program: Any, data: dict[str, torch.Tensor]) -> dict[str, tor
     named: dict[str, torch.Tensor] = {}
     if isinstance(program, torch.nn.Module):
         for name, p in program.named_parameters(remove_duplicate=False):
-            named.setdefault(name, local_tensor(p.detach()))
+            named.setdefault(name, real_view(local_tensor(p.detach())))
         for name, b in program.named_buffers(remove_duplicate=False):
-            named.setdefault(name, local_tensor(b))
+            named.setdefault(name, real_view(local_tensor(b)))
     for name, value in data.items():
         if name in named:
             raise CaptureError(f"data input {name!r} has the same name as a parameter or buffer of the program")
         named[name] = value
     return named
+
+
+def real_view(t):
+    """A complex tensor enters a graph as its real view (a trailing dim of 2: real, imag)."""
+    return torch.view_as_real(t) if isinstance(t, torch.Tensor) and t.is_complex() else t
+
+
+def _complex_state(program: Any) -> set[str]:
+    if not isinstance(program, torch.nn.Module):
+        return set()
+    return {n for n, t in list(program.named_parameters(remove_duplicate=False)) +
+            list(program.named_buffers(remove_duplicate=False)) if t.is_complex()}
 
 
 def dtensor_specs(program: Any) -> dict[str, tuple]:
@@ -280,9 +292,10 @@ def _call(program: Any, names: list[str], data_names: set[str]) -> Callable:
     """A function of flat tensors that runs `program` with its state swapped in."""
     is_module = isinstance(program, torch.nn.Module)
     specs = dtensor_specs(program)
+    complex_state = _complex_state(program)
 
     def run(*flat):
-        values = dict(zip(names, flat))
+        values = {k: torch.view_as_complex(v) if k in complex_state else v for k, v in zip(names, flat)}
         data = {k: v for k, v in values.items() if k in data_names}
         if not is_module:
             return program(**data)

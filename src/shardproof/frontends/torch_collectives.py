@@ -10,6 +10,7 @@ collective's node as a defect.
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Callable
 
 import torch
@@ -246,7 +247,27 @@ _INPLACE = {
     "broadcast": _broadcast, "reduce": _reduce, "scatter": _scatter, "gather": _gather,
     "reduce_scatter": _reduce_scatter, "all_to_all": _all_to_all,
     "all_gather_single": _all_gather_into_tensor, "reduce_scatter_single": _reduce_scatter_tensor,  # FSDP2's
+    "_all_gather_base": _all_gather_into_tensor, "_reduce_scatter_base": _reduce_scatter_tensor,  # older names
 }
+_LIBRARY_SKIP = ("torch", "shardproof")
+
+
+def _library_aliases(saved: dict) -> list:
+    """(module, name, routed name) for each module-level alias a library took of a collective at
+    import (megatron-core: ``dist_reduce_scatter_func = torch.distributed.reduce_scatter_tensor``),
+    which routing ``torch.distributed``'s attributes alone would miss."""
+    originals = {id(fn): name for name, fn in saved.items()}
+    found = []
+    for mod_name, module in list(sys.modules.items()):
+        if module is None or mod_name.split(".")[0] in _LIBRARY_SKIP:
+            continue
+        try:
+            items = list(vars(module).items())
+        except TypeError:
+            continue
+        found += [(module, attr, originals[id(value)]) for attr, value in items
+                  if callable(value) and id(value) in originals]
+    return found
 
 
 @contextlib.contextmanager
@@ -255,11 +276,16 @@ def functional_collectives():
     ``make_fx`` would otherwise record them as opaque, mutating ``c10d`` ops."""
     from .torch_p2p import functional_p2p
     saved = {name: getattr(dist, name) for name in _INPLACE if hasattr(dist, name)}
+    aliases = _library_aliases(saved)
     try:
         for name in saved:
             setattr(dist, name, _functional(_INPLACE[name], name))
+        for module, attr, name in aliases:
+            setattr(module, attr, getattr(dist, name))
         with functional_p2p():
             yield
     finally:
         for name, fn in saved.items():
             setattr(dist, name, fn)
+        for module, attr, name in aliases:
+            setattr(module, attr, saved[name])

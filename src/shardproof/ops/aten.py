@@ -536,8 +536,14 @@ def _affine(ctx: RuleCtx, prod_val: Val, bias, beta=1, alpha=1) -> Val:
 
 declare((T + "mm", T + "bmm", T + "matmul"), numerics=lambda a, b: np.matmul(as_float(a), as_float(b)),
         rule=lambda ctx, a, b: _dot_nd(ctx, a, b), doc="matrix product (block-matrix lemma over sharded K)")
-declare((T + "addmm", T + "baddbmm"),
-        numerics=lambda c, a, b, beta=1, alpha=1: beta * as_float(c) + alpha * np.matmul(as_float(a), as_float(b)),
+def _affine_num(c, a, b, beta=1, alpha=1):
+    """beta*c + alpha*(a@b); with beta 0, c is ignored as torch does (its nan and inf too: an
+    uninitialized buffer, as megatron-core's attention passes to baddbmm)."""
+    prod = alpha * np.matmul(as_float(a), as_float(b))
+    return prod + np.zeros(np.shape(c)) if beta == 0 else beta * as_float(c) + prod
+
+
+declare((T + "addmm", T + "baddbmm"), numerics=_affine_num,
         rule=lambda ctx, c, a, b, beta=1, alpha=1: _affine(ctx, _dot_nd(ctx, a, b), c, beta, alpha),
         doc="beta*c + alpha*(a@b)")
 declare(T + "linear", numerics=lambda x, w, b=None: np.matmul(as_float(x), as_float(w).T) + (0 if b is None else b),
@@ -713,8 +719,15 @@ def _sdpa_scores(q, k, is_causal, attn_mask, scale):
     return scores, s
 
 
+def _gqa_repeat(q, kv):
+    """Key/value heads repeated in place to the query's head count (grouped-query attention)."""
+    hq, hkv = (np.shape(x)[-3] if np.ndim(x) >= 3 else 0 for x in (q, kv))
+    return np.repeat(kv, hq // hkv, axis=-3) if hkv and hq != hkv and hq % hkv == 0 else kv
+
+
 def _sdpa_num(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
     q, k, v = as_float(q), as_float(k), as_float(v)
+    k, v = _gqa_repeat(q, k), _gqa_repeat(q, v)
     scores, _ = _sdpa_scores(q, k, is_causal, attn_mask, scale)
     mx = scores.max(-1, keepdims=True)
     e = np.exp(scores - mx)
@@ -749,6 +762,18 @@ def _sdpa_scale(terms, q: Val, scale):
     return freeze(float(scale))
 
 
+def _gqa_heads(terms, q: Val, kv: Val, nd: int) -> Val:
+    """Grouped-query attention (fewer key/value heads than query heads, as torch's kernels take
+    them): query head h reads key/value head h // g, i.e. the key/value heads repeated in place
+    (``repeat_interleave``), a selection with repeated positions."""
+    if nd < 3:
+        return kv
+    hq, hkv = (len(layout.vec_array(x.vecs[nd - 3], terms.shape(x.t)[nd - 3])) for x in (q, kv))
+    if hq == hkv or hq % hkv:
+        return kv
+    return layout.take(terms, kv, nd - 3, np.repeat(np.arange(hkv), hq // hkv))
+
+
 def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
     """Attention is exact on any common selection of the batch/head dims, and on a
     selection of query rows unless a causal mask ties rows to absolute positions.
@@ -759,6 +784,7 @@ def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=Fa
     both build the same term (as reshape prefers a split the other program built)."""
     terms = ctx.terms
     nd = len(q.vecs)
+    k, v = (_gqa_heads(terms, q, kv, nd) for kv in (k, v))
     q = layout.materialize(terms, q, [nd - 1] + ([nd - 2] if is_causal else []))
     k = layout.materialize(terms, k, [nd - 2, nd - 1])
     v = layout.materialize(terms, v, [nd - 2, nd - 1])

@@ -105,4 +105,5 @@ def load_builtin() -> None:
         from . import aten, aten_core, aten_misc, aten_reductions, casts, collectives, frameworks, fsdp, strided, xla  # noqa: F401  (declarations register themselves)
         from . import p2p  # noqa: F401
         from . import aten_dynamic, aten_vision  # noqa: F401
+        from . import complex_ops  # noqa: F401
         from ..algebra import lemmas, masks, normal  # noqa: F401  (pattern lemmas register themselves)

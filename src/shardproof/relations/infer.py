@@ -142,7 +142,7 @@ def load_yaml(path: str) -> RelationsFile:
             out.shared.add(str(name))
             continue
         _per_side(out.constants, name, value, f"{path}:{lines.get(('constants', name), '?')}", "constant",
-                  (int, float))
+                  (int, float, list))  # a list: the elements of a table, in order
     symbols = data.get("symbols") or {}
     if not isinstance(symbols, Mapping):
         raise RelationError(f"{path}:{lines.get(('symbols',), '?')}: symbols must map size names to integers")

@@ -1,0 +1,113 @@
+"""The corpus as readable FX dumps: megatron-core's GPT and torchtitan's Llama (the live cases
+beside this file), the single device and each rank at TP 2 and 4, correct and with the
+injected bug, traced as shardproof captures them (each rank under a fake process group,
+collectives as ``_c10d_functional`` ops) and written with ``GraphModule.print_readable()``,
+placeholders named after the parameters and inputs (dots as underscores).
+
+    python examples/corpus/make_dumps.py corpus_dumps        # (make corpus)
+    shardproof verify --seq corpus_dumps/megatron_gpt/tp1 --dist corpus_dumps/megatron_gpt/tp2 --auto-relations
+
+Layout: ``<out>/<case>/tp1/fw.g0.r0.py``, ``<out>/<case>/tp<N>/fw.g0.r<rank>.py`` and
+``<out>/<case>/tp<N>.bug/...``, each distributed dump with a relations file beside it
+(``tp<N>.yaml``): the input relations the live capture inferred by value that name and shape
+cannot give (megatron's fc1 is [gate_r; up_r]: Interleaved) and the tensor constants a dump
+does not print. A library that is not installed is skipped with a message.
+
+    shardproof verify --seq corpus_dumps/megatron_gpt/tp1 --dist corpus_dumps/megatron_gpt/tp2 \
+        --relations corpus_dumps/megatron_gpt/tp2.yaml --auto-relations
+Forward only (fw); fw+bw dumps are not written yet."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import torch
+import yaml
+from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from shardproof.frontends import torch_capture as tc
+from shardproof.frontends.torch_decomp import capture_decompositions
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = {"megatron_gpt": "fc2_not_reduced", "torchtitan_llama": None}
+WORLDS = (2, 4)
+
+
+def _gm(program, data: dict):
+    inputs = tc.program_inputs(program, data)
+    names = list(inputs)
+    run = tc._call(program, names, set(data))
+
+    def flat(*args):
+        out = tc._flatten_outputs(run(*args))
+        return [tc.local_tensor(o) for o in out.values()]
+
+    with tc.functional_collectives(), tc.user_stack_traces(), tc.library_tracing():
+        gm = make_fx(dispatch_functionalize(flat, FunctionalTensorMode()),
+                     decomposition_table=capture_decompositions())(*inputs.values())
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, name in zip(placeholders, names):
+        node.name = node.target = name.replace(".", "_")
+    gm.recompile()
+    return gm
+
+
+def _write(gm, path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(gm.print_readable(print_output=False))
+
+
+def _constants(gm, side: str, into: dict) -> None:
+    for node in gm.graph.nodes:
+        value = getattr(gm, node.target, None) if node.op == "get_attr" else None
+        if isinstance(value, torch.Tensor):
+            into.setdefault(node.target, {})[side] = value.item() if value.dim() == 0 else value.flatten().tolist()
+
+
+def _relations(case, gms: list, single_gm, path: str) -> None:
+    from shardproof import api
+    bindings = api.prepare(case).bindings
+    inputs = {k.replace(".", "_"): str(b.relation) for k, b in bindings.items()
+              if str(b.relation).startswith(("Interleaved", "Slices"))}
+    constants: dict = {}
+    _constants(single_gm, "seq", constants)
+    for gm in gms:
+        _constants(gm, "dist", constants)
+    with open(path, "w") as f:
+        f.write("# written by examples/corpus/make_dumps.py from the live capture\n")
+        f.write(yaml.safe_dump({k: v for k, v in (("inputs", inputs), ("constants", constants)) if v},
+                               sort_keys=False))
+
+
+def dump_case(name: str, bug: str | None, out: str) -> None:
+    module = importlib.import_module(name)
+    case = module.make_case(2)
+    single = _gm(case.single, dict(case.inputs))
+    _write(single, os.path.join(out, name, "tp1", "fw.g0.r0.py"))
+    for world in WORLDS:
+        for tag, b in (("", None),) + (((".bug", bug),) if bug else ()):
+            c = module.make_case(world, b)
+            gms = []
+            for rank in range(world):
+                with tc.fake_world(rank, world):
+                    data = c.dist_inputs(rank, world, c.inputs) if c.dist_inputs else dict(c.inputs)
+                    gms.append(_gm(c.distributed(rank, world), data))
+                _write(gms[-1], os.path.join(out, name, f"tp{world}{tag}", f"fw.g0.r{rank}.py"))
+            _relations(c, gms, single, os.path.join(out, name, f"tp{world}{tag}.yaml"))
+    print(f"{name}: written under {os.path.join(out, name)}")
+
+
+def main(out: str) -> None:
+    sys.path.insert(0, HERE)
+    for name, bug in CASES.items():
+        try:
+            dump_case(name, bug, out)
+        except ImportError as exc:
+            print(f"{name}: skipped ({exc})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "corpus_dumps")
