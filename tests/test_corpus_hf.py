@@ -1,0 +1,140 @@
+"""The Hugging Face corpus (examples/huggingface/corpus.py): six transformers architectures under
+their own tp_plan. In `make test`: each architecture's forward (eager, TP 2) verified and its
+injected plan bug a violation at its node (kind, op, hint, source line), plus one representative
+of TP 4 with sdpa and of the training step; the rest of the matrix (TP 2 and 4, eager and sdpa,
+forward and training step, the bugs at TP 4 and under sdpa) under `make test-all` (sweep). The
+labels (correct agrees with the single device on a real gloo group, the bug does not) are
+checked by running them (slow)."""
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("transformers", reason="the Hugging Face corpus needs transformers (the `corpus` extra)")
+pytest.importorskip("accelerate", reason="transformers' tp_plan route needs accelerate (the `corpus` extra)")
+
+from conftest import check_hint  # noqa: E402
+from shardproof import api  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "examples", "huggingface")
+CORPUS = os.path.join(ROOT, "corpus.py")
+sys.path.insert(0, ROOT)
+
+import corpus  # noqa: E402
+
+ARCHS = list(corpus.ARCHS)
+# where each injected bug is found: (finding kind, op)
+FOUND = {"llama": ("reduced-twice", "_c10d_functional.all_reduce"),
+         "qwen2": ("replicated-counted-per-rank", "aten.add"),
+         "mistral": ("reduced-twice", "_c10d_functional.all_reduce"),
+         "gemma2": ("partial-sum-never-reduced", "aten.pow"),
+         "phi3": ("wrong-shard-offset", "aten.mul"),
+         "gpt_neox": ("reduced-twice", "_c10d_functional.all_reduce")}
+
+
+def _verified(arch, world=2, attn="eager", mode="fw"):
+    report = api.verify_case(corpus.make_case(arch, world, attn, mode))
+    assert report.status == "verified", (arch, world, attn, mode, report.status, report.reason, report.findings[:1])
+    held = {o.name: o.holds for o in report.outputs}
+    if mode == "fw":
+        assert held == {"out": "Replicate()"}, held
+    else:
+        assert held["loss"] == "Replicate()", held
+        assert any(h.startswith("Shard(") for h in held.values()), held  # sharded weights' gradients
+    return report
+
+
+def _located(arch, world=2, attn="eager"):
+    case = corpus.make_case(arch, world, attn, bug=True)
+    report = api.verify_case(case)
+    assert report.status == "violation", (arch, report.status, report.reason)
+    f = report.findings[0]
+    assert (f.kind, f.op) == FOUND[arch], (arch, f.kind, f.op, f.source)
+    check_hint(f, case.meta)  # the hint names the fault, the source line is the bug's
+    return f
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_forward_verifies(arch):
+    _verified(arch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_injected_bug_is_located(arch):
+    _located(arch)
+
+
+def test_tp4_sdpa_representative():
+    _verified("gpt_neox", 4, "sdpa")
+
+
+def test_training_step_representative():
+    report = _verified("mistral", 2, "eager", "train")
+    held = {o.name: o.holds for o in report.outputs}
+    assert held["grad:model.model.layers.0.self_attn.o_proj.weight"] == "Shard(1)", held
+    assert held["grad:model.model.layers.0.mlp.up_proj.weight"] == "Shard(0)", held
+
+
+NO_SDPA = {("gemma2", "sdpa")}  # transformers refuses sdpa for Gemma 2 (its attention logits are soft-capped)
+
+
+def test_gemma2_has_no_sdpa():
+    with pytest.raises(ValueError, match="scaled_dot_product_attention"):
+        corpus.single_model("gemma2", "sdpa")
+
+
+MATRIX = [(a, w, attn, mode) for a in ARCHS for w in (2, 4) for attn in corpus.ATTNS for mode in corpus.MODES
+          if (w, attn, mode) != (2, "eager", "fw") and (a, attn) not in NO_SDPA]
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("arch,world,attn,mode", MATRIX)
+def test_matrix_verifies(arch, world, attn, mode):
+    _verified(arch, world, attn, mode)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("arch,world,attn", [(a, w, attn) for a in ARCHS for w, attn in ((4, "eager"), (2, "sdpa"))
+                                                        if (a, attn) not in NO_SDPA])
+def test_matrix_bugs_located(arch, world, attn):
+    _located(arch, world, attn)
+
+
+@pytest.mark.slow
+@pytest.mark.sweep
+@pytest.mark.parametrize("world,attn", [(2, "eager"), (4, "sdpa")])
+def test_forward_labels_on_gloo(world, attn):
+    """Every architecture's correct program agrees with the single device on a real gloo group,
+    its injected bug does not (one spawned process per rank builds every configuration)."""
+    from gloo import outputs_agree, run_on_gloo
+    configs = [dict(arch=a, attn=attn, bug=b) for a in ARCHS for b in (False, True) if (a, attn) not in NO_SDPA]
+    for config, (single, ranks) in zip(configs, run_on_gloo(CORPUS, configs, world, seed=None)):
+        assert outputs_agree(single, ranks) != config["bug"], config
+
+
+def _train_on_rank(arch, attn):
+    def run(rank, world):
+        case = corpus.make_case(arch, world, attn, "train")
+        out = case.distributed(rank, world).train_step(dict(case.inputs), {}, case.train)
+        whole = {n: (g.full_tensor() if hasattr(g, "full_tensor") else g) for n, g in out["grads"].items()}
+        return float(out["loss"]), {n: g.detach().numpy() for n, g in whole.items()}
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.sweep
+@pytest.mark.parametrize("arch", ARCHS)
+def test_training_labels_on_gloo(arch):
+    """The training step's loss and every gradient on a real gloo group equal the single device's."""
+    import numpy as np
+    import torch
+    from gloo import run_fn_on_gloo
+    case = corpus.make_case(arch, 2, "eager", "train")
+    params = dict(case.single.named_parameters())
+    loss = case.train.loss(case.single(case.inputs["input_ids"], case.inputs["attention_mask"]), case.inputs)
+    grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
+    for rank_loss, rank_grads in run_fn_on_gloo(_train_on_rank(arch, "eager"), 2, timeout=300):
+        assert abs(rank_loss - float(loss)) < 1e-5, (rank_loss, float(loss))
+        assert set(rank_grads) == set(grads)
+        for n, g in grads.items():
+            np.testing.assert_allclose(rank_grads[n], g.numpy(), atol=1e-5, err_msg=n)
