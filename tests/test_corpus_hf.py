@@ -106,10 +106,11 @@ def test_matrix_bugs_located(arch, world, attn):
 def test_forward_labels_on_gloo(world, attn):
     """Every architecture's correct program agrees with the single device on a real gloo group,
     its injected bug does not (one spawned process per rank builds every configuration)."""
-    from gloo import outputs_agree, run_on_gloo
+    from gloo import run_on_gloo
     configs = [dict(arch=a, attn=attn, bug=b) for a in ARCHS for b in (False, True) if (a, attn) not in NO_SDPA]
     for config, (single, ranks) in zip(configs, run_on_gloo(CORPUS, configs, world, seed=None)):
-        assert outputs_agree(single, ranks) != config["bug"], config
+        worst = max(float((r.double() - single.double()).abs().max()) for r in ranks)
+        assert (worst > 1e-1) if config["bug"] else (worst < 1e-3), (config, worst)  # float32 logits of ~20
 
 
 def _train_on_rank(arch, attn):
