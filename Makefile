@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-fast harness bench mutants setup browser clean
+.PHONY: demo test test-all test-fast harness bench mutants setup browser clean corpus
 
 setup: $(STAMP)
 
@@ -43,6 +43,10 @@ test-fast: $(STAMP)
 # the property harness (every op's numerics and rule against torch's kernels), deeper than in `make test`
 harness: $(STAMP)
 	SHARDPROOF_HARNESS_EXAMPLES=100 $(BIN)/python -m pytest -q tests/harness
+
+# the real-client corpus as readable FX dump pairs (build/corpus/, gitignored; CPU only)
+corpus: $(STAMP)
+	$(BIN)/python examples/huggingface/make_corpus.py build/corpus/hf
 
 bench: $(STAMP)
 	$(BIN)/python bench/zoo.py

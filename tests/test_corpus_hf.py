@@ -21,6 +21,7 @@ CORPUS = os.path.join(ROOT, "corpus.py")
 sys.path.insert(0, ROOT)
 
 import corpus  # noqa: E402
+import make_corpus  # noqa: E402
 
 ARCHS = list(corpus.ARCHS)
 # where each injected bug is found: (finding kind, op)
@@ -64,6 +65,17 @@ def test_injected_bug_is_located(arch):
     _located(arch)
 
 
+@pytest.mark.slow
+@pytest.mark.sweep
+def test_phi3_training_step_is_a_precise_unknown():
+    """Not yet proved: Phi-3's gradients through its fused projections under colwise_gather_output /
+    rowwise_split_input stop at a view (a numeric test shows no difference)."""
+    report = api.verify_case(corpus.make_case("phi3", 2, "eager", "train"))
+    assert report.status == "unknown", report.status
+    assert "relations stop at node view" in report.reason and "op aten.view" in report.reason, report.reason
+    assert "shows no difference" in report.reason, report.reason
+
+
 def test_tp4_sdpa_representative():
     _verified("gpt_neox", 4, "sdpa")
 
@@ -75,6 +87,7 @@ def test_training_step_representative():
     assert held["grad:model.model.layers.0.mlp.up_proj.weight"] == "Shard(0)", held
 
 
+NO_TRAIN = {"phi3"}  # its training step is a pinned unknown (test_phi3_training_step_is_a_precise_unknown)
 NO_SDPA = {("gemma2", "sdpa")}  # transformers refuses sdpa for Gemma 2 (its attention logits are soft-capped)
 
 
@@ -84,7 +97,7 @@ def test_gemma2_has_no_sdpa():
 
 
 MATRIX = [(a, w, attn, mode) for a in ARCHS for w in (2, 4) for attn in corpus.ATTNS for mode in corpus.MODES
-          if (w, attn, mode) != (2, "eager", "fw") and (a, attn) not in NO_SDPA]
+          if (w, attn, mode) != (2, "eager", "fw") and (a, attn) not in NO_SDPA and not (a in NO_TRAIN and mode == "train")]
 
 
 @pytest.mark.sweep
@@ -124,7 +137,7 @@ def _train_on_rank(arch, attn):
 
 @pytest.mark.slow
 @pytest.mark.sweep
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a not in NO_TRAIN])
 def test_training_labels_on_gloo(arch):
     """The training step's loss and every gradient on a real gloo group equal the single device's."""
     import numpy as np
@@ -139,3 +152,36 @@ def test_training_labels_on_gloo(arch):
         assert set(rank_grads) == set(grads)
         for n, g in grads.items():
             np.testing.assert_allclose(rank_grads[n], g.numpy(), atol=1e-5, err_msg=n)
+
+
+# ---------------------------------------------------------------- dumps (make corpus)
+
+def _dump_round_trip(tmp, arch, mode, world, bug=False):
+    """The live case written as readable FX dumps by make_corpus.py, then verified from the text
+    alone with --auto-relations and the constants file the generator writes."""
+    folder = os.path.join(str(tmp), arch, mode)
+    dist = make_corpus.capture_dumps(corpus.make_case(arch, world, "eager", mode, bug), folder)
+    assert sorted(os.listdir(os.path.join(folder, dist))) == [f"fw.g0.r{r}.py" for r in range(world)]
+    text = open(os.path.join(folder, "tp1", "fw.g0.r0.py")).read()
+    assert "torch.ops.aten" in text and "input_ids: " in text, text[:500]
+    report = api.verify_dumps(os.path.join(folder, "tp1"), os.path.join(folder, dist),
+                              os.path.join(folder, dist + ".constants.yaml"), auto_relations=True)
+    if bug:
+        assert report.status == "violation", (report.status, report.reason)
+        assert (report.findings[0].kind, report.findings[0].op) == FOUND[arch], report.findings[0]
+    else:
+        assert report.status == "verified", (report.status, report.reason)
+    return report
+
+
+def test_dump_round_trip_representative(tmp_path):
+    _dump_round_trip(tmp_path, "qwen2", "fw", 2)
+    _dump_round_trip(tmp_path, "qwen2", "fw", 2, bug=True)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("arch,mode,world,bug", [
+    c for c in make_corpus.configurations() if c[:3] != ("qwen2", "fw", 2)
+    and not (c[0] in NO_TRAIN and c[1] == "train")])
+def test_dump_round_trips(tmp_path, arch, mode, world, bug):
+    _dump_round_trip(tmp_path, arch, mode, world, bug)
