@@ -87,7 +87,7 @@ def test_training_step_representative():
     assert held["grad:model.model.layers.0.mlp.up_proj.weight"] == "Shard(0)", held
 
 
-NO_TRAIN = {"phi3"}  # its training step is a pinned unknown (test_phi3_training_step_is_a_precise_unknown)
+NO_TRAIN = {a for a, mode in corpus.UNPROVED if mode == "train"}  # pinned: test_phi3_training_step_is_a_precise_unknown
 NO_SDPA = {("gemma2", "sdpa")}  # transformers refuses sdpa for Gemma 2 (its attention logits are soft-capped)
 
 
