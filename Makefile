@@ -45,9 +45,10 @@ test-fast: $(STAMP)
 harness: $(STAMP)
 	SHARDPROOF_HARNESS_EXAMPLES=100 $(BIN)/python -m pytest -q tests/harness
 
-# the real-client corpus as readable FX dump pairs (CPU; libraries of the `corpus` extra)
+# the real-client corpus as readable FX dump pairs (build/corpus/, gitignored; CPU only; libraries of the `corpus` extra)
 corpus: $(STAMP)
-	$(BIN)/python examples/corpus/make_dumps.py corpus_dumps
+	$(BIN)/python examples/huggingface/make_corpus.py build/corpus/hf
+	$(BIN)/python examples/corpus/make_dumps.py build/corpus/libraries
 
 # tables, never gating: the zoo, the scaling sweep of issue 16, capture at Llama-3-8B shapes (bench/README.md)
 bench: $(STAMP)

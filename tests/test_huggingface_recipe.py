@@ -87,11 +87,10 @@ def test_training_step_verifies_eager():
 
 @pytest.mark.slow
 @pytest.mark.sweep
-def test_training_step_sdpa_stops_at_the_masked_attention_backward():
-    """Not yet proved: sdpa's backward with an explicit mask has no rule; the unknown names it."""
+def test_training_step_verifies_sdpa():
+    """sdpa's backward with an explicit (padding/causal) mask: the mask is one more child of the term."""
     report = api.verify_case(_train_case("sdpa"))
-    assert report.status == "unknown", report.status
-    assert "_scaled_dot_product_flash_attention_for_cpu_backward" in report.reason, report.reason
+    assert report.status == "verified", (report.status, report.reason)
 
 
 def test_data_dependent_branch_names_the_line():

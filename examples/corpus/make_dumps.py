@@ -4,8 +4,8 @@ injected bug, traced as shardproof captures them (each rank under a fake process
 collectives as ``_c10d_functional`` ops) and written with ``GraphModule.print_readable()``,
 placeholders named after the parameters and inputs (dots as underscores).
 
-    python examples/corpus/make_dumps.py corpus_dumps        # (make corpus)
-    shardproof verify --seq corpus_dumps/megatron_gpt/tp1 --dist corpus_dumps/megatron_gpt/tp2 --auto-relations
+    python examples/corpus/make_dumps.py build/corpus/libraries        # (make corpus)
+    shardproof verify --seq build/corpus/libraries/megatron_gpt/tp1 --dist build/corpus/libraries/megatron_gpt/tp2 --auto-relations
 
 Layout: ``<out>/<case>/tp1/fw.g0.r0.py``, ``<out>/<case>/tp<N>/fw.g0.r<rank>.py`` and
 ``<out>/<case>/tp<N>.bug/...``, each distributed dump with a relations file beside it
@@ -13,8 +13,8 @@ Layout: ``<out>/<case>/tp1/fw.g0.r0.py``, ``<out>/<case>/tp<N>/fw.g0.r<rank>.py`
 cannot give (megatron's fc1 is [gate_r; up_r]: Interleaved) and the tensor constants a dump
 does not print. A library that is not installed is skipped with a message.
 
-    shardproof verify --seq corpus_dumps/megatron_gpt/tp1 --dist corpus_dumps/megatron_gpt/tp2 \
-        --relations corpus_dumps/megatron_gpt/tp2.yaml --auto-relations
+    shardproof verify --seq build/corpus/libraries/megatron_gpt/tp1 --dist build/corpus/libraries/megatron_gpt/tp2 \
+        --relations build/corpus/libraries/megatron_gpt/tp2.yaml --auto-relations
 Forward only (fw); fw+bw dumps are not written yet."""
 from __future__ import annotations
 
@@ -110,4 +110,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "corpus_dumps")
+    main(sys.argv[1] if len(sys.argv) > 1 else "build/corpus/libraries")

@@ -353,10 +353,17 @@ def sdpa_cpu(draw, op):
 
 @entry(A + "_scaled_dot_product_flash_attention_for_cpu_backward")
 def sdpa_backward(draw, op):
+    """With or without an explicit additive mask (as Hugging Face passes it: [b, 1, s, sk],
+    broadcast over the heads; finite, so no query row is wholly masked)."""
     q, k, v, causal = _qkv(draw)
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)
-    g = tensor(draw, out.shape, dts=(q.dtype,), views=False)
+    inputs, kwargs = {"q": q, "k": k, "v": v}, {}
     shard = dict(SDPA_SHARD, g=[0, 1, 2], out=[0, 1, 2], lse=[0, 1, 2])
-    return Draw(op, {"g": g, "q": q, "k": k, "v": v, "out": out, "lse": lse},
-                (T("g"), T("q"), T("k"), T("v"), T("out"), T("lse"), 0.0, causal), shard=shard, empty_ok=False,
-                torch_fn=_guarded(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward))
+    if draw(st.booleans()):
+        b, _, s, _ = q.shape
+        inputs["m"] = tensor(draw, (b, 1, s, k.shape[2]), dts=(q.dtype,), views=False)
+        kwargs, shard["m"] = {"attn_mask": T("m")}, [0, 2, 3]
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, causal, attn_mask=inputs.get("m"))
+    inputs.update(g=tensor(draw, out.shape, dts=(q.dtype,), views=False), out=out, lse=lse)
+    return Draw(op, inputs, (T("g"), T("q"), T("k"), T("v"), T("out"), T("lse"), 0.0, causal), kwargs, shard=shard,
+                empty_ok=False, torch_fn=_guarded(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward))

@@ -40,6 +40,9 @@ DTYPES = {
     torch.bool: "b8", torch.complex64: "c64", torch.complex128: "c128",
 }
 _DROPPED_KWARGS = {"device", "layout", "pin_memory", "memory_format", "non_blocking"}
+# callables (label, fx_graph, input_names, output_names) shown every graph traced, before its
+# conversion (examples/huggingface/make_corpus.py writes them out as readable FX dumps)
+FX_SINKS: list = []
 
 
 class CaptureError(Exception):
@@ -417,6 +420,8 @@ def from_fx(fx_graph, input_names: list[str], output_names: list[str], label: st
             storage: dict | None = None) -> Graph:
     """Convert a functional ATen FX graph; collective group names become global rank tuples.
     `storage`: fx node -> (strides, offset), where known (see :func:`storage_layouts`)."""
+    for sink in FX_SINKS:
+        sink(label, fx_graph, input_names, output_names)
     storage = storage or {}
     graph = Graph(label=label)
     env: dict = {}

@@ -750,6 +750,17 @@ def _pairings(terms, ops: list, d: int):
     return out
 
 
+def _mask_child(terms, mask: Val, q: Val) -> int:
+    """An attention mask as a child of the attention term: whole along its key dim, and
+    along every other dim where it is not held as the query is (broadcast from the right),
+    so mask row i stays paired with query row i."""
+    nd = len(q.vecs)
+    m = layout.materialize(terms, mask, [len(mask.vecs) - 1])
+    m = layout.materialize(terms, m, [d for d in range(len(m.vecs) - 1)
+                                      if not layout.same_vec(m.vecs[d], q.vecs[d + nd - len(m.vecs)])])
+    return m.t
+
+
 _BUILT: WeakKeyDictionary = WeakKeyDictionary()  # term store -> sdpa operands -> pairings built over them
 
 
@@ -799,10 +810,7 @@ def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=Fa
     q, k, v = ops
     children = (q.t, k.t, v.t)
     if isinstance(attn_mask, Val):
-        m = layout.materialize(terms, attn_mask, [len(attn_mask.vecs) - 1])
-        m = layout.materialize(terms, m, [d for d in range(len(m.vecs) - 1)
-                                          if not layout.same_vec(m.vecs[d], q.vecs[d + nd - len(m.vecs)])])
-        children += (m.t,)
+        children += (_mask_child(terms, attn_mask, q),)
     base = (freeze(dropout_p), bool(is_causal), _sdpa_scale(terms, q, scale))
     built = _BUILT.setdefault(terms, {}).setdefault(base + children, [])
     shifts = next((b for b in built if all(_fits(p, *f[1:]) for dim, fs in zip(b, found) for p, f in zip(dim, fs))),
@@ -862,9 +870,10 @@ def _sdpa_backward_rule(ctx: RuleCtx, g: Val, q: Val, k: Val, v: Val, out: Val, 
                         is_causal=False, attn_mask=None, scale=None, **kw):
     """Attention's backward, exact on the selections its forward is exact on (the same
     pairing of q heads with k/v heads): gradients of q rows and of k/v heads are whole when
-    the rank holds every q head paired with its k/v heads (else they are partial: no rule)."""
-    if attn_mask is not None:
-        raise ValueError("attention backward with an explicit mask has no rule")
+    the rank holds every q head paired with its k/v heads (else they are partial: no rule).
+    An explicit mask is one more child, held as the forward holds it (:func:`_mask_child`)."""
+    if attn_mask is not None and not isinstance(attn_mask, Val):
+        raise ValueError("attention backward with a constant mask has no rule")
     terms = ctx.terms
     nd = len(q.vecs)
     rows = [nd - 2] if is_causal else []
@@ -889,7 +898,7 @@ def _sdpa_backward_rule(ctx: RuleCtx, g: Val, q: Val, k: Val, v: Val, out: Val, 
             offsets.append(int(pos[0] - qpos[0]) if len(pos) else 0)
         found.append(tuple(f[0] for f in pairings) + tuple(offsets))
     attrs = (freeze(dropout_p), bool(is_causal), _sdpa_scale(terms, q, scale), tuple(found))
-    children = (g.t, q.t, k.t, v.t, out.t, lse.t)
+    children = (g.t, q.t, k.t, v.t, out.t, lse.t) + ((_mask_child(terms, attn_mask, q),) if attn_mask is not None else ())
     if q.t == k.t == v.t and not any(repeated) and _disjoint_heads(terms, q, k, v):
         # q, k, v cut from one fused projection: one gradient of it, each cut where its operand was
         # (not when k/v are expanded to q's heads: each copy's gradient is its own, summed later)
@@ -1285,13 +1294,23 @@ def _embedding_backward_rule(ctx: RuleCtx, g: Val, ids: Val, num_weights, paddin
     ids - lo)`` with the masked token rows of g zeroed (m = ``ids < lo | ids >= hi``): then
     ``onehot(idx, hi - lo)ᵀ · where(m, 0, g)`` is rows [lo, hi) of ``onehot(ids, V)ᵀ · g``
     for every V >= hi. The table size V is taken as the even split over the world's ranks
-    (hi - lo rows each, lo a multiple of it); another table size only fails to match."""
-    if scale_grad_by_freq or (padding_idx is not None and padding_idx >= 0):
-        raise ValueError("embedding_dense_backward with padding_idx or scale_grad_by_freq has no rule")
+    (hi - lo rows each, lo a multiple of it); another table size only fails to match.
+
+    A ``padding_idx`` p (ids not masked): the one-hot with column p zeroed, so row p of the
+    gradient is zero (``onehot_pad``: a term of the ids, the table size and p)."""
+    pad = padding_idx is not None and padding_idx >= 0
+    if scale_grad_by_freq:
+        raise ValueError("embedding_dense_backward with scale_grad_by_freq has no rule")
     terms = ctx.terms
     k = len(ids.vecs)
     size, rows = int(num_weights), None
     masked = _masked_ids(ctx, ids)
+    if pad and masked is not None:
+        raise ValueError("embedding_dense_backward with padding_idx over masked local ids has no rule")
+    if pad:
+        hot = Val(terms.make("onehot_pad", (size, int(padding_idx)), (ids.t,), terms.shape(ids.t) + (size,)),
+                  ids.vecs + (None,))
+        return compute.dot(terms, hot, g, (), (), tuple(range(k)), tuple(range(k)))
     if masked is not None and masked[3] - masked[2] == size and masked[2] % max(size, 1) == 0 \
             and terms.shape(masked[1]) == terms.shape(ids.t):
         local_ids, raw, lo, hi = masked
