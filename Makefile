@@ -48,7 +48,7 @@ harness: $(STAMP)
 # the real-client corpus as readable FX dump pairs (build/corpus/, gitignored; CPU only; libraries of the `corpus` extra)
 corpus: $(STAMP)
 	$(BIN)/python examples/huggingface/make_corpus.py build/corpus/hf
-	$(BIN)/python examples/corpus/make_dumps.py build/corpus/libraries
+	$(BIN)/python examples/corpus/dump_libraries.py build/corpus/libraries
 
 # tables, never gating: the zoo, the scaling sweep of issue 16, capture at Llama-3-8B shapes (bench/README.md)
 bench: $(STAMP)

@@ -109,9 +109,9 @@ def test_labels_on_gloo():
 def test_dump_pair_verifies_and_bug_is_a_violation(tmp_path):
     """The generator's readable FX dumps (make corpus) at TP 2, with the relations file it
     writes beside them: verified, and the dropped reduce-scatter a violation."""
-    import make_dumps
-    make_dumps.WORLDS = (2,)
-    make_dumps.dump_case("megatron_gpt", BUG, str(tmp_path))
+    import dump_libraries
+    dump_libraries.WORLDS = (2,)
+    dump_libraries.dump_case("megatron_gpt", BUG, str(tmp_path))
     root = tmp_path / "megatron_gpt"
     ok = api.verify_dumps(str(root / "tp1"), str(root / "tp2"), str(root / "tp2.yaml"), auto_relations=True)
     assert ok.status == "verified", (ok.status, ok.reason)

@@ -4,7 +4,7 @@ injected bug, traced as shardproof captures them (each rank under a fake process
 collectives as ``_c10d_functional`` ops) and written with ``GraphModule.print_readable()``,
 placeholders named after the parameters and inputs (dots as underscores).
 
-    python examples/corpus/make_dumps.py build/corpus/libraries        # (make corpus)
+    python examples/corpus/dump_libraries.py build/corpus/libraries        # (make corpus)
     shardproof verify --seq build/corpus/libraries/megatron_gpt/tp1 --dist build/corpus/libraries/megatron_gpt/tp2 --auto-relations
 
 Layout: ``<out>/<case>/tp1/fw.g0.r0.py``, ``<out>/<case>/tp<N>/fw.g0.r<rank>.py`` and
@@ -77,7 +77,7 @@ def _relations(case, gms: list, single_gm, path: str) -> None:
     for gm in gms:
         _constants(gm, "dist", constants)
     with open(path, "w") as f:
-        f.write("# written by examples/corpus/make_dumps.py from the live capture\n")
+        f.write("# written by examples/corpus/dump_libraries.py from the live capture\n")
         f.write(yaml.safe_dump({k: v for k, v in (("inputs", inputs), ("constants", constants)) if v},
                                sort_keys=False))
 
