@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import shardproof.ops  # noqa: F401  (registers the term rewrites the engine builds with)
+from shardproof.algebra.lemmas import EXACT_DIV
 from shardproof.algebra.poly import Normalizer, same_polynomial
 from shardproof.algebra.terms import TermStore
 
@@ -20,7 +21,6 @@ from .core import examples
 SETTINGS = settings(max_examples=examples(60), deadline=None, derandomize=True,
                     suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 SHAPES = {"x": (2, 3), "z": (2, 3), "y": (2, 1), "w": (3,)}
-EXACT_DIV = ("$", "$", (("rounding_mode", None),))
 SUM1 = ((1,), True, None)
 
 

@@ -23,14 +23,15 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Optional
 
+from .lemmas import EXACT_DIV
 from .terms import TermStore
 
 Monomial = tuple  # sorted ((atom id, power), ...)
 Poly = dict  # Monomial -> Fraction
 
-EXACT_DIV = ("$", "$", (("rounding_mode", None),))
 MAX_MONOMIALS = 400
 MAX_VISITS = 4000
+MAX_WORK = 200_000  # monomial products over one comparison: a failing comparison stays cheap
 NO_ATTRS = ("$", ())  # an elementwise unary op without arguments
 
 
@@ -52,6 +53,7 @@ class Normalizer:
         self.atom_shape: list[tuple] = []
         self.memo: dict[int, Poly] = {}
         self.visits = 0
+        self.work = 0
 
     # ---------------------------------------------------------------- arithmetic
     def atom(self, key: tuple, shape) -> Poly:
@@ -77,8 +79,10 @@ class Normalizer:
             raise TooBig
         return out
 
-    @staticmethod
-    def mul(a: Poly, b: Poly) -> Poly:
+    def mul(self, a: Poly, b: Poly) -> Poly:
+        self.work += len(a) * len(b)
+        if self.work > MAX_WORK:
+            raise TooBig
         out: Poly = {}
         for ma, ca in a.items():
             for mb, cb in b.items():
