@@ -20,6 +20,10 @@ FORMS = {
     "bias_reassoc": ("bias_reassoc.py", {}, ({"aten.add"}, {"add"}, "replicated-counted-per-rank")),
     "demorgan_mask": ("demorgan_mask.py", {}, ({"aten.embedding"}, {"embedding"}, None)),
     "layernorm_by_hand": ("layernorm_by_hand.py", {}, ({"aten.sum", "aten.sub", "aten.rsqrt"}, None, None)),
+    "layernorm_flipped_var": ("layernorm_by_hand.py", {"wrong": "flipped"},
+                              ({"aten.sum", "aten.sub", "aten.rsqrt"}, None, None)),
+    "layernorm_unbiased_var": ("layernorm_by_hand.py", {"wrong": "unbiased"},
+                               ({"aten.sum", "aten.sub", "aten.div", "aten.rsqrt"}, None, None)),
     "rope_positions": ("rope_positions.py", {}, ({"aten.mul"}, {"mul_4"}, None)),
     "sdpa_scale": ("sdpa_scale.py", {}, ({"aten._scaled_dot_product_flash_attention_for_cpu"}, None, None)),
     "beam_batch": ("beam_repeat.py", {"dim": "batch"}, ({"aten.repeat", "aten.mul", "aten.tanh"}, None,
@@ -27,11 +31,7 @@ FORMS = {
     "beam_hidden": ("beam_repeat.py", {"dim": "hidden"}, ({"aten.repeat", "aten.mul", "aten.tanh"}, None,
                                                           "wrong-shard-offset")),
 }
-NOT_YET = {
-    "layernorm_by_hand": "no polynomial normal form yet: native_layer_norm is one opaque rowwise term, so "
-                         "(h - E[h]) * rsqrt(E[h^2] - E[h]^2 + eps) built from all-reduced sums is never "
-                         "identified with it (relations stop at the partial sum aten.sum)",
-}
+NOT_YET: dict = {}  # form -> why it is not proved yet (an xfail(strict=True))
 
 
 def _case(form: str, world: int, bug: bool):

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..algebra.layout import Val, full, view_term
 from ..algebra.masks import make_fill
+from ..algebra.poly import same_polynomial
 from ..algebra.ranks import COMPLETES, combine
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
@@ -447,7 +448,9 @@ def _relation_holding(terms, relater, snode, sval, dvals, exp, world) -> Optiona
     per_rank = []
     for v in dvals:
         if v.t != sval.t:
-            return None
+            if not same_polynomial(terms, v.t, sval.t):  # one value written another way (algebra/poly.py)
+                return None
+            v = Val(sval.t, v.vecs)
         pos = positions_in(terms, sval, v)
         if pos is None:
             return None
