@@ -14,7 +14,7 @@ from __future__ import annotations
 
 def llama_hlo(tp: int = 1, layers: int = 1, hidden: int = 16, heads: int = 8, kv_heads: int = 4, head_dim: int = 4,
               ffn: int = 32, vocab: int = 24, seq: int = 4, batch: int = 2, bug: str | None = None) -> str:
-    nq, nkv, f, v = heads // tp, max(1, kv_heads // tp), ffn // tp, vocab // tp
+    nq, nkv, f, v = heads // tp, max(1, kv_heads // tp), -(-ffn // tp), vocab // tp  # ffn zero-padded to f * tp
     H, D, S, B = hidden, head_dim, seq, batch
     q, kv = nq * D, nkv * D
     half = D // 2
@@ -162,15 +162,17 @@ def llama_hlo(tp: int = 1, layers: int = 1, hidden: int = 16, heads: int = 8, kv
     return "\n".join(header + [f"ENTRY %main ({sig}) -> ({', '.join(out_shapes)}) {{"] + lines + ["}", ""])
 
 
-def llama_relations(layers: int = 1, heads: int = 8, kv_heads: int = 4, head_dim: int = 4) -> dict:
-    """Input relations (by parameter name) and expected outputs of :func:`llama_hlo`."""
+def llama_relations(layers: int = 1, heads: int = 8, kv_heads: int = 4, head_dim: int = 4, tp: int = 1,
+                    ffn: int = 32) -> dict:
+    """Input relations (by parameter name) and expected outputs of :func:`llama_hlo`: the
+    MLP's weights are zero-padded where `tp` does not divide `ffn`."""
+    mlp = f"Padded(Shard(1), 1, [[{ffn}, {-(-ffn // tp) * tp}]])" if ffn % tp else "Shard(1)"
     rel = {f"p{i}.{100 + i}": "Replicate()" for i in range(4)}
     at = 4
     for _ in range(layers):
         names = [f"p{at + k}.{100 + at + k}" for k in range(7)]
         rel.update(dict(zip(names, ["Replicate()", f"Interleaved(1, [{heads * head_dim}, {kv_heads * head_dim}, "
-                                                   f"{kv_heads * head_dim}])", "Shard(1)", "Replicate()", "Shard(1)",
-                                    "Shard(1)", "Shard(1)"])))
+                                                   f"{kv_heads * head_dim}])", "Shard(1)", "Replicate()", mlp, mlp, mlp])))
         at += 7
     rel[f"p{at}.{100 + at}"] = "Replicate()"
     rel[f"p{at + 1}.{101 + at}"] = "Shard(1)"

@@ -17,11 +17,12 @@ import numpy as np
 
 from ..algebra.layout import Val, full, view_term
 from ..algebra.masks import make_fill
+from ..algebra.padding import padded_val, unpadded_positions
 from ..algebra.ranks import COMPLETES, combine
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation, relation_by_value
-from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Partial, Relation, RelationError, Shard, Slices,
+from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Padded, Partial, Relation, RelationError, Shard, Slices,
                               chunk_bounds, held, layout_index)
 from .diagnose import _src
 from .localize import _findings, _local_finding, _localize
@@ -221,7 +222,7 @@ def _input_vals(terms: TermStore, seq: Graph, dist: DistributedProgram, bindings
                 raise RelationError(f"{n.name!r} on rank {r} has shape {list(n.shape)}, but {b.relation} of "
                                     f"{b.seq_name!r} (shape {list(sshape)}) over {dist.world_size} ranks gives "
                                     f"{list(local)}: the shapes cannot match")
-            vals[n.name] = Val(sval.t, tuple(vecs))
+            vals[n.name] = padded_val(terms, sval.t, tuple(vecs))  # zero padding: a piece of its own
         per_rank.append(vals)
     return seq_vals, per_rank
 
@@ -442,6 +443,11 @@ def _relation_holding(terms, relater, snode, sval, dvals, exp, world) -> Optiona
             return None
     if isinstance(exp, Shard) and _shards_assemble(terms, sval, dvals, exp, world):
         return str(exp)
+    if isinstance(exp, Padded):
+        shape = tuple(terms.shape(sval.t))
+        ok = all(v is None for v in sval.vecs) and all(
+            unpadded_positions(terms, sval.t, dv, exp.layout(shape, r, world)) for r, dv in enumerate(dvals))
+        return str(exp) if ok else None
     per_rank = []
     for v in dvals:
         if v.t != sval.t:

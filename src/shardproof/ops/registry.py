@@ -103,4 +103,4 @@ def load_builtin() -> None:
     if not _loaded:
         _loaded = True
         from . import aten, aten_core, aten_misc, aten_reductions, casts, collectives, frameworks, fsdp, strided, xla  # noqa: F401  (declarations register themselves)
-        from ..algebra import lemmas, masks  # noqa: F401  (pattern lemmas register themselves)
+        from ..algebra import lemmas, masks, padding  # noqa: F401  (pattern lemmas register themselves)
