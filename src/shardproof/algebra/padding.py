@@ -56,27 +56,29 @@ def padded_val(terms: TermStore, t: int, vecs: tuple) -> Val:
     return Val(t, tuple(vecs))
 
 
-def unpadded_positions(terms: TermStore, t: int, dval: Val, want: tuple) -> bool:
-    """Whether `dval` holds exactly the positions `want` of term `t` (a layout whose
-    positions past a dim's end stand for zero padding): `dval` selects from `t` or from a
-    padding cat of `t` and zeros, and every position of it is `want`'s, a zero where
+def unpadded_positions(terms: TermStore, sval: Val, dval: Val, want: tuple) -> bool:
+    """Whether `dval` holds exactly the positions `want` of `sval` (a layout whose positions
+    past a dim's end stand for zero padding): `dval` selects from `sval`'s term or from a
+    padding cat of it and zeros, the same elements where `want` is real, a zero where
     `want` has padding."""
-    base, zero_from = dval.t, {}
-    while base != t:
+    from .layout import shape_of, vec_array
+    base, zero_from = dval.t, set()
+    while base != sval.t:
         found = pad_cat(terms, base)
         if found is None or len(found[1]) != 2 or not is_zero(terms, found[1][1]):
             return False
-        d, (inner, _) = found
-        zero_from[d] = terms.shape(inner)[d]
-        base = inner
-    shape = terms.shape(t)
+        zero_from.add(found[0])
+        base = found[1][0]
+    ts, local = terms.shape(sval.t), shape_of(terms, sval)
     for d, (have, w) in enumerate(zip(dval.vecs, want)):
-        n = shape[d]
-        h = np.arange(terms.shape(dval.t)[d]) if have is None else np.asarray(have)
-        w = np.arange(n) if w is None else np.asarray(w)
-        if d not in zero_from and len(h) and h.max() >= n:
+        h = vec_array(have, terms.shape(dval.t)[d])
+        w = np.arange(local[d]) if w is None else np.asarray(w)
+        if len(h) != len(w):
             return False
-        if not np.array_equal(np.minimum(h, n), np.minimum(w, n)):
+        pad_h, pad_w = h >= ts[d], w >= local[d]
+        if (pad_h.any() and d not in zero_from) or not np.array_equal(pad_h, pad_w):
+            return False
+        if not np.array_equal(h[~pad_h], vec_array(sval.vecs[d], ts[d])[w[~pad_w]]):
             return False
     return True
 
@@ -233,6 +235,80 @@ def _cat_of_padded(terms, attrs, children, shape):
     return _join(terms, parts, d, shape)
 
 
+def _gather(terms, attrs, children, shape):
+    """A selection of a padding cat: along other dims, a padding cat of the pieces'
+    selections; along its dim, inside one piece, that piece's."""
+    if is_zero(terms, children[0]):
+        return zero(terms, shape)
+    found = pad_cat(terms, children[0])
+    if found is None:
+        return None
+    d, pieces = found
+    if attrs[d] is None:
+        parts = [terms.make("gather", attrs, (p,), _with_dim(shape, d, terms.shape(p)[d])) for p in pieces]
+        return _join(terms, parts, d, shape)
+    sel = np.frombuffer(attrs[d], dtype=np.int64)
+    starts = np.cumsum([0] + list(_extents(terms, pieces, d)))
+    which = np.searchsorted(starts, sel, side="right") - 1
+    if not len(sel) or (which != which[0]).any():
+        return None
+    k = int(which[0])
+    inner = list(attrs)
+    local = sel - starts[k]
+    inner[d] = None if len(local) == starts[k + 1] - starts[k] and np.array_equal(local, np.arange(len(local))) \
+        else np.ascontiguousarray(local).tobytes()
+    if all(a is None for a in inner):
+        return pieces[k]
+    return terms.make("gather", tuple(inner), (pieces[k],), shape)
+
+
+def pad_join(terms: TermStore, real: Val, dim: int, positions: np.ndarray, is_pad: np.ndarray, pad_size: int) -> Val:
+    """A value whose `dim` holds `real`'s positions where `is_pad` is false and zero
+    padding elsewhere (`positions` there: offsets into padding of `pad_size`)."""
+    n = terms.shape(real.t)[dim]
+    vec = np.empty(len(is_pad), dtype=np.int64)
+    vec[~is_pad] = np.arange(n, dtype=np.int64) if real.vecs[dim] is None else real.vecs[dim]
+    vec[is_pad] = n + positions[is_pad]
+    grown = _with_dim(terms.shape(real.t), dim, n + pad_size)
+    t = terms.make("cat", (dim, PAD), (real.t, zero(terms, _with_dim(grown, dim, pad_size))), grown)
+    vecs = list(real.vecs)
+    vecs[dim] = vec
+    return Val(t, tuple(vecs))
+
+
+def padded_batch(terms: TermStore, a: Val, b: Val, lhs_batch, rhs_batch):
+    """For a contraction whose operands hold zero padding along a batch dim: (k, the
+    operands restricted to the real positions of batch pair k, the pad mask, offsets into
+    the padding, its size), when every position is real in both operands or zero in one;
+    else None. The product at a padding position is zero (0·x = 0)."""
+    from .layout import take, vec_array
+    for k, (i, j) in enumerate(zip(lhs_batch, rhs_batch)):
+        sides = []
+        for val, d in ((a, i), (b, j)):
+            pos = vec_array(val.vecs[d], terms.shape(val.t)[d])
+            found = pad_cat(terms, val.t)
+            if found is None or found[0] != d:
+                sides.append((pos, np.zeros(len(pos), np.int64), None))
+                continue
+            starts = np.cumsum([0] + list(_extents(terms, found[1], d)))
+            which = np.searchsorted(starts, pos, side="right") - 1
+            zeros = np.array([is_zero(terms, found[1][w]) for w in which], dtype=bool)
+            sides.append((pos, which, (starts, zeros)))
+        if sides[0][2] is None and sides[1][2] is None:
+            continue
+        zero_at = np.zeros(len(sides[0][0]), dtype=bool)
+        for _, which, info in sides:
+            if info is not None:
+                zero_at |= info[1]
+        real = ~zero_at
+        if not zero_at.any() or (sides[0][1][real] != 0).any() or (sides[1][1][real] != 0).any():
+            return None
+        offsets = np.cumsum(zero_at) - 1
+        keep = np.flatnonzero(real)
+        return k, take(terms, a, i, keep), take(terms, b, j, keep), zero_at, offsets, int(zero_at.sum())
+    return None
+
+
 # ---------------------------------------------------------------- reductions
 
 def _reduction(terms, op, attrs, children, shape):
@@ -372,4 +448,6 @@ def through_padding(terms: TermStore, op: str, attrs, children, shape):
         return _reduction(terms, op, attrs, children, shape)
     if op == "dot":
         return _dot(terms, attrs, children, shape)
+    if op == "gather":
+        return _gather(terms, attrs, children, shape)
     return None

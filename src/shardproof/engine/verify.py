@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..algebra.layout import Val, full, view_term
+from ..algebra.layout import Val, full, shape_of, view_term
 from ..algebra.masks import make_fill
 from ..algebra.padding import padded_val, unpadded_positions
 from ..algebra.ranks import COMPLETES, combine
@@ -444,9 +444,8 @@ def _relation_holding(terms, relater, snode, sval, dvals, exp, world) -> Optiona
     if isinstance(exp, Shard) and _shards_assemble(terms, sval, dvals, exp, world):
         return str(exp)
     if isinstance(exp, Padded):
-        shape = tuple(terms.shape(sval.t))
-        ok = all(v is None for v in sval.vecs) and all(
-            unpadded_positions(terms, sval.t, dv, exp.layout(shape, r, world)) for r, dv in enumerate(dvals))
+        shape = shape_of(terms, sval)
+        ok = all(unpadded_positions(terms, sval, dv, exp.layout(shape, r, world)) for r, dv in enumerate(dvals))
         return str(exp) if ok else None
     per_rank = []
     for v in dvals:
