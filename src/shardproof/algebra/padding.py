@@ -83,6 +83,30 @@ def unpadded_positions(terms: TermStore, sval: Val, dval: Val, want: tuple) -> b
     return True
 
 
+def real_part(terms: TermStore, val: Val):
+    """`val` without its padding: (its positions in the real pieces, as a value of those,
+    and whether every padding piece it holds is zero), or None when it holds no padding
+    cat; None too when it holds padding only."""
+    from .layout import take, vec_array
+    found = pad_cat(terms, val.t)
+    if found is None:
+        return None
+    d, pieces = found
+    pos = vec_array(val.vecs[d], terms.shape(val.t)[d])
+    n = terms.shape(pieces[0])[d]
+    keep = np.flatnonzero(pos < n)
+    if not len(keep):
+        return None
+    starts = np.cumsum([0] + list(_extents(terms, pieces, d)))
+    which = np.searchsorted(starts, pos[pos >= n], side="right") - 1
+    zero_pad = all(is_zero(terms, pieces[w]) for w in set(which.tolist()))
+    inner = take(terms, val, d, keep)
+    deeper = real_part(terms, inner)
+    if deeper is not None:
+        return deeper[0], deeper[1] and zero_pad
+    return inner, zero_pad
+
+
 def pad_cat(terms: TermStore, t: int):
     """(dim, pieces) of a padding cat, else None."""
     term = terms[t]

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..algebra.layout import Val, full, shape_of, view_term
 from ..algebra.masks import make_fill
-from ..algebra.padding import padded_val, unpadded_positions
+from ..algebra.padding import padded_val, real_part, unpadded_positions
 from ..algebra.ranks import COMPLETES, combine
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
@@ -84,7 +84,13 @@ class Relater:
                 if all(p is None for p in pos):
                     return rel
                 best = best or rel
-        return best or self._view_of_known(dval.t)
+        return best or self._view_of_known(dval.t) or self._padded(dval)
+
+    def _padded(self, dval: Val) -> Optional[Related]:
+        """A value with zero padding (or what ops made of it) whose real positions relate."""
+        found = real_part(self.terms, dval)
+        rel = self.direct(found[0]) if found is not None else None
+        return None if rel is None else Related(rel.seq_node, None, kind="padded" if found[1] else "padded-lanes")
 
     def scaled(self, dval) -> Optional[Related]:
         """An exact multiple of a single-device value (an average's sum before its division,
