@@ -217,3 +217,78 @@ def llama_relations(layers: int = 1, heads: int = 8, kv_heads: int = 4, head_dim
     rel[f"p{at + 1}.{101 + at}"] = _padded("Shard(1)", 1, vocab, tp)
     expect = {"out0": _padded("Shard(0)", 0, vocab, tp), **{f"out{i}": kv_out for i in range(1, 2 * layers + 1)}}
     return {"inputs": rel, "expect": expect}
+
+
+def llama_agrees(tp: int, seed: int = 0, hidden: int = 16, heads: int = 8, kv_heads: int = 4, head_dim: int = 4,
+                 ffn: int = 32, vocab: int = 24, seq: int = 4, batch: int = 2, **features) -> bool:
+    """Label a generated pair by running it: the op numerics of both HLO programs (numpy) on
+    random weights, each rank's weights cut from the single-device ones here by hand
+    (np.pad / np.repeat, as transformers-neuronx pads and repeats: not the relation code),
+    and the ranks' outputs put back together. True when every output equals the
+    single-device one, zero padding included."""
+    import numpy as np
+
+    from shardproof.engine.numeric import evaluate
+    from shardproof.frontends.hlo_text import load_hlo_program
+    from shardproof.ir.graph import DistributedProgram
+    sizes = dict(hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn, vocab=vocab, seq=seq,
+                 batch=batch)
+    seq_g = load_hlo_program(llama_hlo(1, 1, **sizes, **features), 1, filename="seq.hlo")[0]
+    dist = DistributedProgram(load_hlo_program(llama_hlo(tp, 1, **sizes, **features), tp, filename="dist.hlo"))
+    gen = np.random.default_rng(seed)
+    D, padded = head_dim, heads % tp != 0
+    nq = -(-heads // tp)
+    group = heads // kv_heads
+
+    def pad(x, axis, to):
+        width = [(0, 0)] * x.ndim
+        width[axis] = (0, to - x.shape[axis])
+        return np.pad(x, width)
+
+    def shard(x, axis, r):
+        n = x.shape[axis] // tp
+        return np.take(x, np.arange(r * n, (r + 1) * n), axis=axis)
+
+    names = [n.name for n in seq_g.nodes if n.op == "input"]
+    whole = {}
+    for n in seq_g.nodes:
+        if n.op != "input":
+            continue
+        shape = tuple(n.type.shape)
+        if not n.type.dtype.startswith("f"):  # positions, start positions, the last token's index
+            whole[n.name] = gen.integers(0, seq, size=shape).astype(np.int32)
+        else:
+            whole[n.name] = gen.standard_normal(shape) * 0.5
+    ranks = [dict() for _ in range(tp)]
+    for i, name in enumerate(names):
+        x = whole[name]
+        for r in range(tp):
+            if i < 4 or i in (4, 7, 11):  # activations, positions, norm weights: replicated
+                ranks[r][name] = x
+            elif i == 5:  # fused qkv: q | k | v heads, each padded (k/v repeated first) and cut per rank
+                q = x[:, :heads * D].reshape(hidden, heads, D)
+                k = x[:, heads * D:(heads + kv_heads) * D].reshape(hidden, kv_heads, D)
+                v = x[:, (heads + kv_heads) * D:].reshape(hidden, kv_heads, D)
+                if padded:
+                    q = pad(q, 1, nq * tp)
+                    k, v = (pad(np.repeat(t, group, axis=1), 1, nq * tp) for t in (k, v))
+                ranks[r][name] = np.concatenate([shard(t, 1, r).reshape(hidden, -1) for t in (q, k, v)], 1)
+            elif i == 6:  # o_proj: input features by head, zero rows for padded heads
+                o = pad(x.reshape(hidden, heads, D), 1, nq * tp) if padded else x.reshape(hidden, heads, D)
+                ranks[r][name] = shard(o, 1, r).reshape(hidden, -1)
+            else:  # gate, up, down, LM head: columns padded to a multiple of tp
+                ranks[r][name] = shard(pad(x, 1, -(-x.shape[1] // tp) * tp), 1, r)
+    s_env, d_envs = evaluate(seq_g, dist, whole, ranks)
+    for out, snode in seq_g.outputs.items():
+        want = np.asarray(s_env[snode], dtype=np.float64)
+        got = [np.asarray(d_envs[r][g.outputs[out]], dtype=np.float64) for r, g in enumerate(dist.graphs)]
+        if out == "out0":  # logits: by vocabulary, zero past it
+            joined = np.concatenate(got, 0)
+            want = pad(want, 0, joined.shape[0])
+        else:  # keys / values: by head, repeated and zero-padded as the weights are
+            joined = np.concatenate(got, 2)
+            if padded:
+                want = pad(np.repeat(want, group, axis=2), 2, joined.shape[2])
+        if joined.shape != want.shape or not np.allclose(joined, want, rtol=1e-6, atol=1e-6):
+            return False
+    return True
