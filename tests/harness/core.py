@@ -253,11 +253,11 @@ def local_inputs(d: Draw, layouts: dict, world: int, terms: TermStore, seed: int
             for dim, ix in enumerate(idx):
                 if len(ix) and int(ix.max()) >= local.shape[dim]:  # zero padding past the end
                     zeros = list(local.shape)
-                    zeros[dim] = int(ix.max()) + 1 - local.shape[dim]
+                    zeros[dim] = max(int(ix.max()) + 1 - local.shape[dim], rel.padding())
                     local = torch.cat([local, torch.zeros(zeros, dtype=local.dtype)], dim)
                 local = local.index_select(dim, ix)
             tens[k] = local
-            vals[k] = padded_val(terms, seq_vals[k].t, tuple(vecs))
+            vals[k] = padded_val(terms, seq_vals[k].t, tuple(vecs), getattr(rel, "padding", lambda: 0)())
         ranks.append((tens, vals))
     return seq_vals, ranks
 

@@ -42,14 +42,15 @@ def is_zero(terms: TermStore, t: int) -> bool:
     return not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, Fraction)) and v == 0
 
 
-def padded_val(terms: TermStore, t: int, vecs: tuple) -> Val:
+def padded_val(terms: TermStore, t: int, vecs: tuple, padding: int = 0) -> Val:
     """``Val(t, vecs)`` where positions at or past a dim's end hold zero: the term gets a
-    zero piece along each such dim, as long as the positions reach."""
+    zero piece along each such dim, `padding` long (as a Padded relation says, so that every
+    rank's value selects from the same term) or as long as the positions reach."""
     for d, v in enumerate(vecs):
         shape = terms.shape(t)
         if v is not None and len(v) and int(np.max(v)) >= shape[d]:
             extra = list(shape)
-            extra[d] = int(np.max(v)) + 1 - shape[d]
+            extra[d] = max(int(np.max(v)) + 1 - shape[d], padding)
             grown = list(shape)
             grown[d] = shape[d] + extra[d]
             t = terms.make("cat", (d, PAD), (t, zero(terms, extra)), tuple(grown))
@@ -105,6 +106,30 @@ def real_part(terms: TermStore, val: Val):
     if deeper is not None:
         return deeper[0], deeper[1] and zero_pad
     return inner, zero_pad
+
+
+def common_padding(terms: TermStore, vals: list) -> list:
+    """Values selecting from a term with zero padding and from its pieces (one rank's block
+    is all real, another's ends in padding, a third's is padding only) as selections of the
+    padded term alike."""
+    from .layout import vec_array
+    outer = next((v.t for v in vals if pad_cat(terms, v.t) is not None), None)
+    if outer is None:
+        return vals
+    d, pieces = pad_cat(terms, outer)
+    starts = np.cumsum([0] + list(_extents(terms, pieces, d)))
+    out = []
+    for v in vals:
+        if v.t == outer:
+            out.append(v)
+            continue
+        if v.t not in pieces:
+            return vals
+        k = pieces.index(v.t)
+        vecs = list(v.vecs)
+        vecs[d] = vec_array(v.vecs[d], terms.shape(v.t)[d]) + starts[k]
+        out.append(Val(outer, tuple(vecs)))
+    return out
 
 
 def pad_cat(terms: TermStore, t: int):

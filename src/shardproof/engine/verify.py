@@ -228,7 +228,7 @@ def _input_vals(terms: TermStore, seq: Graph, dist: DistributedProgram, bindings
                 raise RelationError(f"{n.name!r} on rank {r} has shape {list(n.shape)}, but {b.relation} of "
                                     f"{b.seq_name!r} (shape {list(sshape)}) over {dist.world_size} ranks gives "
                                     f"{list(local)}: the shapes cannot match")
-            vals[n.name] = padded_val(terms, sval.t, tuple(vecs))  # zero padding: a piece of its own
+            vals[n.name] = padded_val(terms, sval.t, tuple(vecs), getattr(b.relation, "padding", lambda: 0)())
         per_rank.append(vals)
     return seq_vals, per_rank
 

@@ -169,6 +169,10 @@ class Padded(Relation):
         if isinstance(self.placement, (Partial, Ignore, Padded)) or isinstance(self.placement, DERIVED):
             raise RelationError(f"Padded places the padded tensor by a layout, not by {self.placement}")
 
+    def padding(self) -> int:
+        """How many zeros the longest segment's padding holds (``size + j``, j below it)."""
+        return max((padded - n * repeat for n, padded, repeat in self._segments()), default=0)
+
     def source(self, size: int) -> np.ndarray:
         """For each position of the padded dim, the single-device position it holds
         (``size + j`` for the j-th zero of a segment's padding)."""
