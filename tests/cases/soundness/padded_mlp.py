@@ -16,7 +16,7 @@ from torch import nn
 from shardproof import Case
 
 HIDDEN, FFN = 8, 5
-WORLD_SIZES = (2, 4)
+WORLD_SIZES = (4,)
 
 
 def padded(world: int) -> int:
