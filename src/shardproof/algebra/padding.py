@@ -369,8 +369,10 @@ def _reduction(terms, op, attrs, children, shape):
     if found is None:
         return None
     d, pieces = found
+    if d in dims and over is not None and over[list(dims).index(d)] is not None:
+        return _partial_sum(terms, op, attrs, pieces, d, shape) if op == "sum" else None
     if d in dims:
-        if op != "sum" or over is not None:
+        if op != "sum":
             return None
         kept = [p for p in pieces if not is_zero(terms, p)]
         sums = [terms.make(op, attrs, (p,), shape) for p in kept]
@@ -382,6 +384,28 @@ def _reduction(terms, op, attrs, children, shape):
     k = d if keepdim else d - sum(1 for q in dims if q < d)
     parts = [terms.make(op, attrs, (p,), _with_dim(shape, k, terms.shape(p)[d])) for p in pieces]
     return _join(terms, parts, k, shape)
+
+
+def _partial_sum(terms, op, attrs, pieces, d, shape):
+    """A sum over some positions of a padding cat's dim (a rank's share): the positions in
+    zero pieces add nothing; the rest, all real, are a share of the real piece's sum."""
+    dims, keepdim, over = attrs[0], attrs[1], attrs[2]
+    k = list(dims).index(d)
+    pos = np.frombuffer(over[k], dtype=np.int64)
+    starts = np.cumsum([0] + list(_extents(terms, pieces, d)))
+    which = np.searchsorted(starts, pos, side="right") - 1
+    keep = ~np.array([is_zero(terms, pieces[w]) for w in which], dtype=bool)
+    if not keep.any():
+        return zero(terms, shape)
+    if (which[keep] != 0).any():
+        return None
+    real = pos[keep]
+    n = terms.shape(pieces[0])[d]
+    key = None if len(real) == n and np.array_equal(np.sort(real), np.arange(n)) else np.sort(real).tobytes()
+    new_over = over[:k] + (key,) + over[k + 1:]
+    if all(o is None for o in new_over):
+        new_over = None
+    return terms.make(op, (dims, keepdim, new_over) + tuple(attrs[3:]), (pieces[0],), shape)
 
 
 # ---------------------------------------------------------------- contractions
