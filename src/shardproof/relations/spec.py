@@ -257,7 +257,7 @@ class Mesh(Relation):
             raise RelationError(f"a mesh of shape {list(self.shape)} has {int(np.prod(self.shape))} ranks, "
                                 f"but the world has {world}")
         for p in self.placements:
-            if isinstance(p, (Partial, Ignore, Mesh)):
+            if isinstance(p, (Partial, Ignore, Mesh, Padded)):
                 raise RelationError(f"a Mesh placement must be Replicate, Shard, Interleaved or Slices, not {p}")
 
     def layout(self, shape, rank, world):
