@@ -13,8 +13,14 @@ from __future__ import annotations
 
 
 def llama_hlo(tp: int = 1, layers: int = 1, hidden: int = 16, heads: int = 8, kv_heads: int = 4, head_dim: int = 4,
-              ffn: int = 32, vocab: int = 24, seq: int = 4, batch: int = 2, bug: str | None = None) -> str:
-    nq, nkv, f, v = heads // tp, max(1, kv_heads // tp), ffn // tp, vocab // tp
+              ffn: int = 32, vocab: int = 24, seq: int = 4, batch: int = 2, bug: str | None = None,
+              softmax: bool = False, k_bias: bool = False) -> str:
+    # as transformers-neuronx does where tp does not divide them: the ffn, the vocabulary and
+    # the query heads are zero-padded to a multiple of tp, the k/v heads repeated to the
+    # query heads (MHA) and padded alike
+    padded = heads % tp != 0
+    nq, f, v = -(-heads // tp), -(-ffn // tp), -(-vocab // tp)
+    nkv = nq if padded else max(1, kv_heads // tp)
     H, D, S, B = hidden, head_dim, seq, batch
     q, kv = nq * D, nkv * D
     half = D // 2
@@ -90,7 +96,15 @@ def llama_hlo(tp: int = 1, layers: int = 1, hidden: int = 16, heads: int = 8, kv
                                 f"%{emit('multiply', shape, f'multiply(%{s}, %{x1})')})")
         return emit("concatenate", f"f16[{S},{B},{n},{D}]", f"concatenate(%{lo}, %{hi}), dimensions={{3}}")
 
+    def allreduce_max(x: str, shape: str) -> str:
+        if tp == 1:
+            return x
+        groups = "{" + ",".join(map(str, range(tp))) + "}"
+        return emit("all-reduce", shape, f"all-reduce(%{x}), replica_groups={{{groups}}}, to_apply=%max")
+
     def repeat_heads(x: str) -> str:
+        if rep == 1:
+            return x
         wide = emit("broadcast", f"f16[{S},{B},{nkv},{rep},{D}]", f"broadcast(%{x}), dimensions={{0,1,2,4}}")
         return emit("reshape", f"f16[{S},{B},{nq},{D}]", f"reshape(%{wide})")
 
@@ -113,6 +127,10 @@ def llama_hlo(tp: int = 1, layers: int = 1, hidden: int = 16, heads: int = 8, kv
                                                             f"dimensions={{}}")
         qr = emit("divide", f"f16[{S},{B},{nq},{D}]", f"divide(%{qr}, %{scale})")
         kr = rope(emit("reshape", f"f16[{S},{B},{nkv},{D}]", f"reshape(%{ks})"), nkv)
+        if k_bias:  # a constant added to every key lane: padded heads too
+            kr = emit("add", f"f16[{S},{B},{nkv},{D}]", f"add(%{kr}, %" + emit(
+                "broadcast", f"f16[{S},{B},{nkv},{D}]", f"broadcast(%{emit('constant', 'f16[]', 'constant(0.5)')}), "
+                                                        f"dimensions={{}}") + ")", "attn.py:14")
         vr = emit("reshape", f"f16[{S},{B},{nkv},{D}]", f"reshape(%{vs})")
         scores = emit("dot", f"f16[{B},{nq},{S},{S}]", f"dot(%{qr}, %{repeat_heads(kr)}), lhs_batch_dims={{1,2}}, "
                       f"lhs_contracting_dims={{3}}, rhs_batch_dims={{1,2}}, rhs_contracting_dims={{3}}")
@@ -151,6 +169,15 @@ def llama_hlo(tp: int = 1, layers: int = 1, hidden: int = 16, heads: int = 8, kv
     picked = emit("transpose", f"f16[{H},1,{B}]", f"transpose(%{picked}), dimensions={{1,0,2}}")
     normed = emit("reshape", f"f16[{H},{B}]", f"reshape(%{rmsnorm(picked, w_final, f'f16[{H},1,{B}]')})")
     logits = emit("dot", f"f16[{v},{B}]", f"dot(%{w_head}, %{normed}), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}")
+    if softmax:  # over the vocabulary, across ranks: max and sum all-reduced
+        mx = allreduce_max(emit("reduce", f"f16[{B}]", f"reduce(%{logits}, %{emit('constant', 'f16[]', 'constant(-inf)')}), "
+                                                      f"dimensions={{0}}, to_apply=%max"), f"f16[{B}]")
+        e = emit("exponential", f"f16[{v},{B}]", f"exponential(%{emit('subtract', f'f16[{v},{B}]', f'subtract(%{logits}, %' + emit('broadcast', f'f16[{v},{B}]', f'broadcast(%{mx}), dimensions={{1}}') + ')')})")
+        tot = emit("reduce", f"f16[{B}]", f"reduce(%{e}, %{emit('constant', 'f16[]', 'constant(0)')}), dimensions={{0}}, "
+                                          f"to_apply=%sum", "head.py:40")
+        tot = allreduce(tot, f"f16[{B}]")
+        logits = emit("divide", f"f16[{v},{B}]", f"divide(%{e}, %" + emit(
+            "broadcast", f"f16[{v},{B}]", f"broadcast(%{tot}), dimensions={{1}}") + ")")
     logits = emit("reshape", f"f16[{v},1,{B}]", f"reshape(%{logits})")
     out_shapes = [f"f16[{v},1,{B}]"] + [f"f16[{S},{B},{nkv},{D}]"] * (2 * layers)
     lines.append(f"  ROOT %tuple.0 = ({', '.join(out_shapes)}) tuple({', '.join('%' + x for x in [logits] + outs)})")
@@ -162,17 +189,106 @@ def llama_hlo(tp: int = 1, layers: int = 1, hidden: int = 16, heads: int = 8, kv
     return "\n".join(header + [f"ENTRY %main ({sig}) -> ({', '.join(out_shapes)}) {{"] + lines + ["}", ""])
 
 
-def llama_relations(layers: int = 1, heads: int = 8, kv_heads: int = 4, head_dim: int = 4) -> dict:
-    """Input relations (by parameter name) and expected outputs of :func:`llama_hlo`."""
+def _padded(rel: str, dim: int, size: int, tp: int) -> str:
+    return f"Padded({rel}, {dim}, [[{size}, {-(-size // tp) * tp}]])" if size % tp else rel
+
+
+def llama_relations(layers: int = 1, heads: int = 8, kv_heads: int = 4, head_dim: int = 4, tp: int = 1,
+                    ffn: int = 32, vocab: int = 24) -> dict:
+    """Input relations (by parameter name) and expected outputs of :func:`llama_hlo` at
+    `tp`: Padded relations where it pads (heads, ffn, vocabulary)."""
+    mlp = _padded("Shard(1)", 1, ffn, tp)
+    qkv = f"Interleaved(1, [{heads * head_dim}, {kv_heads * head_dim}, {kv_heads * head_dim}])"
+    w_o, kv_out = "Shard(1)", "Shard(2)"
+    if heads % tp:
+        whole, group = -(-heads // tp) * tp, heads // kv_heads
+        P, q, kv = whole * head_dim, heads * head_dim, kv_heads * head_dim
+        qkv = f"Padded(Interleaved(1, [{P}, {P}, {P}]), 1, [[{q}, {P}], [{kv}, {P}, {group}], [{kv}, {P}, {group}]], " \
+              f"unit={head_dim})"
+        w_o = f"Padded(Shard(1), 1, [[{q}, {P}]])"
+        kv_out = f"Padded(Shard(2), 2, [[{kv_heads}, {whole}, {group}]])"
     rel = {f"p{i}.{100 + i}": "Replicate()" for i in range(4)}
     at = 4
     for _ in range(layers):
         names = [f"p{at + k}.{100 + at + k}" for k in range(7)]
-        rel.update(dict(zip(names, ["Replicate()", f"Interleaved(1, [{heads * head_dim}, {kv_heads * head_dim}, "
-                                                   f"{kv_heads * head_dim}])", "Shard(1)", "Replicate()", "Shard(1)",
-                                    "Shard(1)", "Shard(1)"])))
+        rel.update(dict(zip(names, ["Replicate()", qkv, w_o, "Replicate()", mlp, mlp, mlp])))
         at += 7
     rel[f"p{at}.{100 + at}"] = "Replicate()"
-    rel[f"p{at + 1}.{101 + at}"] = "Shard(1)"
-    expect = {"out0": "Shard(0)", **{f"out{i}": "Shard(2)" for i in range(1, 2 * layers + 1)}}
+    rel[f"p{at + 1}.{101 + at}"] = _padded("Shard(1)", 1, vocab, tp)
+    expect = {"out0": _padded("Shard(0)", 0, vocab, tp), **{f"out{i}": kv_out for i in range(1, 2 * layers + 1)}}
     return {"inputs": rel, "expect": expect}
+
+
+def llama_agrees(tp: int, seed: int = 0, hidden: int = 16, heads: int = 8, kv_heads: int = 4, head_dim: int = 4,
+                 ffn: int = 32, vocab: int = 24, seq: int = 4, batch: int = 2, **features) -> bool:
+    """Label a generated pair by running it: the op numerics of both HLO programs (numpy) on
+    random weights, each rank's weights cut from the single-device ones here by hand
+    (np.pad / np.repeat, as transformers-neuronx pads and repeats: not the relation code),
+    and the ranks' outputs put back together. True when every output equals the
+    single-device one, zero padding included."""
+    import numpy as np
+
+    from shardproof.engine.numeric import evaluate
+    from shardproof.frontends.hlo_text import load_hlo_program
+    from shardproof.ir.graph import DistributedProgram
+    sizes = dict(hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn, vocab=vocab, seq=seq,
+                 batch=batch)
+    seq_g = load_hlo_program(llama_hlo(1, 1, **sizes, **features), 1, filename="seq.hlo")[0]
+    dist = DistributedProgram(load_hlo_program(llama_hlo(tp, 1, **sizes, **features), tp, filename="dist.hlo"))
+    gen = np.random.default_rng(seed)
+    D, padded = head_dim, heads % tp != 0
+    nq = -(-heads // tp)
+    group = heads // kv_heads
+
+    def pad(x, axis, to):
+        width = [(0, 0)] * x.ndim
+        width[axis] = (0, to - x.shape[axis])
+        return np.pad(x, width)
+
+    def shard(x, axis, r):
+        n = x.shape[axis] // tp
+        return np.take(x, np.arange(r * n, (r + 1) * n), axis=axis)
+
+    names = [n.name for n in seq_g.nodes if n.op == "input"]
+    whole = {}
+    for n in seq_g.nodes:
+        if n.op != "input":
+            continue
+        shape = tuple(n.type.shape)
+        if not n.type.dtype.startswith("f"):  # positions, start positions, the last token's index
+            whole[n.name] = gen.integers(0, seq, size=shape).astype(np.int32)
+        else:
+            whole[n.name] = gen.standard_normal(shape) * 0.5
+    ranks = [dict() for _ in range(tp)]
+    for i, name in enumerate(names):
+        x = whole[name]
+        for r in range(tp):
+            if i < 4 or i in (4, 7, 11):  # activations, positions, norm weights: replicated
+                ranks[r][name] = x
+            elif i == 5:  # fused qkv: q | k | v heads, each padded (k/v repeated first) and cut per rank
+                q = x[:, :heads * D].reshape(hidden, heads, D)
+                k = x[:, heads * D:(heads + kv_heads) * D].reshape(hidden, kv_heads, D)
+                v = x[:, (heads + kv_heads) * D:].reshape(hidden, kv_heads, D)
+                if padded:
+                    q = pad(q, 1, nq * tp)
+                    k, v = (pad(np.repeat(t, group, axis=1), 1, nq * tp) for t in (k, v))
+                ranks[r][name] = np.concatenate([shard(t, 1, r).reshape(hidden, -1) for t in (q, k, v)], 1)
+            elif i == 6:  # o_proj: input features by head, zero rows for padded heads
+                o = pad(x.reshape(hidden, heads, D), 1, nq * tp) if padded else x.reshape(hidden, heads, D)
+                ranks[r][name] = shard(o, 1, r).reshape(hidden, -1)
+            else:  # gate, up, down, LM head: columns padded to a multiple of tp
+                ranks[r][name] = shard(pad(x, 1, -(-x.shape[1] // tp) * tp), 1, r)
+    s_env, d_envs = evaluate(seq_g, dist, whole, ranks)
+    for out, snode in seq_g.outputs.items():
+        want = np.asarray(s_env[snode], dtype=np.float64)
+        got = [np.asarray(d_envs[r][g.outputs[out]], dtype=np.float64) for r, g in enumerate(dist.graphs)]
+        if out == "out0":  # logits: by vocabulary, zero past it
+            joined = np.concatenate(got, 0)
+            want = pad(want, 0, joined.shape[0])
+        else:  # keys / values: by head, repeated and zero-padded as the weights are
+            joined = np.concatenate(got, 2)
+            if padded:
+                want = pad(np.repeat(want, group, axis=2), 2, joined.shape[2])
+        if joined.shape != want.shape or not np.allclose(joined, want, rtol=1e-6, atol=1e-6):
+            return False
+    return True

@@ -1,21 +1,24 @@
 """AWS transformers-neuronx Llama as XLA HLO: the real Entangle pair (one layer, TP 2,
 ``../shared/graphs/entangle/aws_llama``) is proved with ``examples/dumps/aws_llama.yaml``,
-its broken twin is a violation at the changed slice; generated programs of the same op
-sequence (``tests/hlo_llama.py``) at other TP degrees and layer counts are proved, agree
-numerically, and injected bugs are found at the right node."""
+its broken twin is a violation at the changed slice; at TP 6 (heads and ffn zero-padded,
+KV heads repeated) with ``examples/dumps/aws_llama_tp6.yaml``. Generated programs of the
+same op sequence (``tests/hlo_llama.py``) at other TP degrees, padded ones included, and
+layer counts are proved, agree numerically, and injected bugs are found at the right node."""
 import os
 import time
 
 import pytest
 import yaml
 
-from hlo_llama import llama_hlo, llama_relations
+from hlo_llama import llama_agrees, llama_hlo, llama_relations
 from shardproof.api import cross_check, prepare_dumps, verify_dumps
 from shardproof.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GRAPHS = os.path.join(ROOT, "..", "shared", "graphs", "entangle", "aws_llama")
+GRAPHS = os.environ.get("SHARDPROOF_AWS_LLAMA", os.path.join(ROOT, "..", "shared", "graphs", "entangle", "aws_llama"))
 RELATIONS = os.path.join(ROOT, "examples", "dumps", "aws_llama.yaml")
+RELATIONS_TP6 = os.path.join(ROOT, "examples", "dumps", "aws_llama_tp6.yaml")
+KV_TP6 = "Padded(Shard(2), 2, [[8, 36, 4]])"
 real = pytest.mark.skipif(not os.path.isdir(GRAPHS), reason=f"the real dumps are not here ({GRAPHS})")
 
 
@@ -58,11 +61,37 @@ def test_real_pair_cli_exit_codes(capsys):
     capsys.readouterr()
 
 
+@real
+@pytest.mark.slow
+def test_real_tp6_pair_verified_through_padding_and_repeated_kv_heads():
+    """32 query heads padded to 36, 8 KV heads repeated 4 times and padded to 36, ffn 8192
+    padded to 8196: the padding is proved harmless (zero rows of o_proj and down_proj, zero
+    products), the caches' padded heads proved zero."""
+    t0 = time.perf_counter()
+    report = verify_dumps(os.path.join(GRAPHS, "tp1_layer1"), os.path.join(GRAPHS, "tp6_layer1"), RELATIONS_TP6)
+    assert report.status == "verified" and report.strength == "proof", report.reason
+    assert {o.name: o.holds for o in report.outputs} == {"out0": "Shard(0)", "out1": KV_TP6, "out2": KV_TP6}
+    print(f"aws_llama tp1 vs tp6: import + verify {time.perf_counter() - t0:.2f} s")
+
+
+@real
+def test_real_tp6_pair_with_unpadded_heads_is_not_verified(tmp_path):
+    spec = yaml.safe_load(open(RELATIONS_TP6))
+    spec["inputs"]["p10.11"] = "Padded(Shard(1), 1, [[2048, 2304]], unit=32)"  # still fits, but not per head
+    spec["inputs"]["p9.10"] = spec["inputs"]["p9.10"].replace("unit=64", "unit=32")
+    path = tmp_path / "wrong.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    report = verify_dumps(os.path.join(GRAPHS, "tp1_layer1"), os.path.join(GRAPHS, "tp6_layer1"), str(path))
+    assert report.status != "verified"
+
+
 def _pair(tmp_path, tp, layers, bug=None, **sizes):
-    rel = llama_relations(layers, **{k: v for k, v in sizes.items() if k in ("heads", "kv_heads", "head_dim")})
+    features = {k: sizes.pop(k) for k in ("softmax", "k_bias") if k in sizes}
+    rel = llama_relations(layers, tp=tp, **{k: v for k, v in sizes.items()
+                                             if k in ("heads", "kv_heads", "head_dim", "ffn", "vocab")})
     seq, dist, path = tmp_path / "seq.hlo", tmp_path / "dist.hlo", tmp_path / "rel.yaml"
-    seq.write_text(llama_hlo(1, layers, **sizes))
-    dist.write_text(llama_hlo(tp, layers, bug=bug, **sizes))
+    seq.write_text(llama_hlo(1, layers, **sizes, **features))
+    dist.write_text(llama_hlo(tp, layers, bug=bug, **sizes, **features))
     path.write_text(yaml.safe_dump(rel))
     return str(seq), str(dist), str(path)
 
@@ -89,3 +118,33 @@ def test_generated_bugs_are_violations_at_the_node(tmp_path, bug, node, op, kind
     assert report.status == "violation"
     f = report.findings[0]
     assert (f.node, f.op, f.rank, f.kind) == (node, op, list(range(tp)), kind)
+
+
+@pytest.mark.parametrize("sizes", [dict(vocab=25), dict(vocab=25, ffn=31)])
+def test_generated_padded_tp_verified_and_agrees_when_run(tmp_path, sizes):
+    """TP 3 over 8 query / 4 KV heads, ffn and vocabulary: everything padded, KV heads repeated
+    (the tp6 layout at a size the numerics run at)."""
+    assert llama_agrees(3, seed=0, **sizes)  # the label: run, weights padded by hand
+    seq, dist, rel = _pair(tmp_path, 3, 1, **sizes)
+    report = verify_dumps(seq, dist, rel)
+    assert report.status == "verified", report.reason
+    assert report.outputs[0].holds == "Padded(Shard(0), 0, [[25, 27]])"
+    assert cross_check(prepare_dumps(seq, dist, rel), seeds=(0,)) == []
+
+
+@pytest.mark.parametrize("feature, node, op", [
+    # a softmax across ranks over a padded vocabulary: the padding's exp(0 - max) joins the
+    # sum; first seen at the max over the rank's logits, padding included
+    ("softmax", "reduce.101", "xla.reduce"),
+    # a constant added to every key lane: the caches' padded heads are no longer zero
+    ("k_bias", "add.58", "aten.add"),
+])
+def test_generated_padding_bugs_are_violations_at_the_node(tmp_path, feature, node, op):
+    """Correct where tp divides (TP 2: verified, and the run agrees), a bug where it pads
+    (TP 3: the run disagrees, and the finding is on the rank holding the padding)."""
+    assert llama_agrees(2, seed=0, **{feature: True}) and not llama_agrees(3, seed=0, vocab=25, **{feature: True})
+    assert verify_dumps(*_pair(tmp_path, 2, 1, **{feature: True})).status == "verified"
+    report = verify_dumps(*_pair(tmp_path, 3, 1, vocab=25, **{feature: True}))
+    assert report.status == "violation"
+    f = report.findings[0]
+    assert (f.node, f.op, f.rank) == (node, op, [2])

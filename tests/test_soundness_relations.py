@@ -195,3 +195,35 @@ def test_input_breaches_name_the_op_the_input_and_the_value():
     (b,) = input_breaches(_graph_reading("i64", ignore_index=0), {"target": np.array([1, 0, 3, 4])})
     assert b.value == 0 and "ignore_index" in b.assumption
     assert input_breaches(g, None) == []
+
+
+# ---------------------------------------------------------------- zero padding (issue 15)
+
+PADDED = os.path.join(CASES, "padded_mlp.py")
+PADDED_VARIANTS = ("mlp", "norm", "norm_sliced", "softmax", "softmax_sliced")
+PADDED_BUG_AT = {"norm": "aten.native_layer_norm", "softmax": "aten._softmax"}
+PADDED_WORLD = 4  # FFN 5 padded to 8: rank 2 holds a real and a zero feature, rank 3 zeros only
+
+
+@pytest.fixture(scope="module")
+def padded_labels():
+    """(world, variant) -> whether every rank's output equals the single-device one on gloo
+    (the ranks hold fc1 and fc2 zero-padded by F.pad, cut per rank)."""
+    configs = [dict(variant=v) for v in PADDED_VARIANTS]
+    return {c["variant"]: outputs_agree(single, ranks)
+            for c, (single, ranks) in zip(configs, run_on_gloo(PADDED, configs, PADDED_WORLD, None))}
+
+
+@pytest.mark.parametrize("variant", PADDED_VARIANTS)
+def test_padded_verdict_follows_execution(padded_labels, variant):
+    """Padding that multiplies zero rows or is sliced away verifies; a LayerNorm or softmax
+    over padded features is a violation at that op, on every rank."""
+    world = PADDED_WORLD
+    p, report = _verify(PADDED, world, dict(variant=variant))
+    assert p.bindings["fc1.weight"].relation.__class__.__name__ == "Padded"
+    if padded_labels[variant]:
+        assert report.status == "verified", report.reason
+    else:
+        assert report.status == "violation"
+        f = report.findings[0]
+        assert (f.op, f.rank) == (PADDED_BUG_AT[variant], list(range(world)))

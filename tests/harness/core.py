@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from shardproof.algebra.layout import Val, full, shape_of, vec_array
+from shardproof.algebra.padding import padded_val
 from shardproof.algebra.terms import TermStore
 from shardproof.frontends.torch_capture import DTYPES
 from shardproof.ir.graph import Node, TensorType
@@ -251,9 +252,13 @@ def local_inputs(d: Draw, layouts: dict, world: int, terms: TermStore, seed: int
             idx = [torch.arange(s) if v is None else torch.from_numpy(np.asarray(v)) for v, s in zip(vecs, x.shape)]
             local = x
             for dim, ix in enumerate(idx):
+                if len(ix) and int(ix.max()) >= local.shape[dim]:  # zero padding past the end
+                    zeros = list(local.shape)
+                    zeros[dim] = max(int(ix.max()) + 1 - local.shape[dim], rel.padding())
+                    local = torch.cat([local, torch.zeros(zeros, dtype=local.dtype)], dim)
                 local = local.index_select(dim, ix)
             tens[k] = local
-            vals[k] = Val(seq_vals[k].t, tuple(vecs))
+            vals[k] = padded_val(terms, seq_vals[k].t, tuple(vecs), getattr(rel, "padding", lambda: 0)())
         ranks.append((tens, vals))
     return seq_vals, ranks
 

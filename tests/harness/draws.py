@@ -5,7 +5,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from shardproof.relations.spec import Interleaved, Partial, Replicate, Shard, Slices
+from shardproof.relations.spec import Interleaved, Padded, Partial, Replicate, Shard, Slices
 
 F64, F32, BF16, I64, BOOL = torch.float64, torch.float32, torch.bfloat16, torch.int64, torch.bool
 FLOATS = (F64, F32, BF16)
@@ -87,9 +87,10 @@ def _cuts(draw, size, world):
 
 def layout(draw, x: torch.Tensor, world: int, dims=None, partial_ok=True):
     """A relation of a local tensor to `x`: Replicate, Shard (even or not), uneven or
-    overlapping Slices, Interleaved segments (with repeats: fewer blocks than ranks), Partial."""
+    overlapping Slices, Interleaved segments (with repeats: fewer blocks than ranks), Partial,
+    Padded (a Shard of the tensor with blocks repeated in place and zeros appended)."""
     dims = list(range(x.dim())) if dims is None else [d % max(x.dim(), 1) for d in dims]
-    kinds = ["replicate"] + (["shard", "slices", "interleaved"] if dims and x.dim() else [])
+    kinds = ["replicate"] + (["shard", "slices", "interleaved", "padded"] if dims and x.dim() else [])
     if partial_ok and x.dtype == F64:
         kinds.append("partial")
     kind = draw(st.sampled_from(kinds))
@@ -101,6 +102,11 @@ def layout(draw, x: torch.Tensor, world: int, dims=None, partial_ok=True):
     size = x.shape[d]
     if kind == "shard":
         return Shard(d)
+    if kind == "padded":
+        unit = draw(st.sampled_from([u for u in (1, 2) if size % u == 0]))
+        repeat = draw(st.integers(1, 2))
+        extra = draw(st.integers(0 if repeat > 1 else 1, 3))
+        return Padded(Shard(d), d, ((size, size * repeat + extra, repeat),), unit)
     if kind == "slices":
         if draw(st.booleans()):
             return Slices(d, _cuts(draw, size, world))

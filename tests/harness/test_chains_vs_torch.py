@@ -67,10 +67,7 @@ def run_drawn_chain(draw, inputs: dict, steps: list) -> None:
         seed = draw(st.integers(0, 99))
     finally:
         draws.MODE["rule"] = False
-    try:
-        run_chain(inputs, steps, lays, world, seed)
-    except Unknown:
-        return
+    _claims_checked(inputs, steps, lays, world, seed)
 
 
 def _view_step(draw, x, name="x"):
@@ -140,6 +137,14 @@ def test_view_then_binary_then_reduce(data):
     run_drawn_chain(data.draw, {"x": x, "z": z}, steps)
 
 
+def _claims_checked(inputs, steps, lays, world, seed) -> None:
+    """Run the chain; a rule that makes no claim (unknown) is no failure."""
+    try:
+        run_chain(inputs, steps, lays, world, seed)
+    except Unknown:
+        return
+
+
 def test_chain_harness_catches_a_wrong_claim(monkeypatch):
     """A permute rule that forgets to move the layout fails the chain's claim check."""
     from shardproof.ops.registry import REGISTRY
@@ -166,3 +171,62 @@ def test_expanded_operand_against_a_split_one(world):
     z = torch.from_numpy(np.arange(18.0).reshape(2, 3, 3))
     steps = [(A + "expand", lambda s: ((T("x"), list(s["z"])), {})), (A + "sub", lambda s: ((T("s0"), T("z")), {}))]
     assert run_chain({"x": x, "z": z}, steps, {"x": Replicate(), "z": Shard(0)}, world) == "checked"
+
+
+def _padded_layout(draw, x, d):
+    from shardproof.relations.spec import Padded, Shard
+    size = x.shape[d]
+    repeat = draw(st.integers(1, 2))
+    extra = draw(st.integers(0 if repeat > 1 else 1, 3))
+    return Padded(Shard(d), d, ((size, size * repeat + extra, repeat),))
+
+
+@settings(max_examples=examples(40), deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(st.data())
+def test_padding_through_ops_then_reduce(data):
+    """Zero padding (issue 15) made non-zero by an op (exp(0) = 1, sigmoid(0) = 1/2), then
+    combined with a second operand and reduced, over the padded dim or another: every claim
+    the padding rewrites make about the padding's own piece is checked on torch's values."""
+    draws.MODE["rule"] = True
+    try:
+        x = draws.tensor(data.draw, dts=(draws.F64,), min_side=2, max_side=4)
+        d = data.draw(st.integers(0, x.dim() - 1))
+        world = data.draw(st.integers(2, 4))
+        lay = _padded_layout(data.draw, x, d)
+        z = draws.tensor(data.draw, tuple(x.shape), dts=(draws.F64,))
+        unary = data.draw(st.sampled_from([A + "exp", A + "sigmoid", A + "tanh", A + "neg"]))
+        binary = data.draw(st.sampled_from([A + "mul", A + "add", A + "sub"]))
+        red = data.draw(st.sampled_from([A + "sum", A + "amax"]))
+        rd = data.draw(st.sampled_from([d, data.draw(st.integers(0, x.dim() - 1))]))
+        steps = [(unary, lambda s: ((T("x"),), {})), (binary, lambda s: ((T("s0"), T("z")), {})),
+                 (red, lambda s: ((T("s1"), [rd]), {}))]
+        lays = {"x": lay, "z": data.draw(st.sampled_from([lay, _padded_layout(data.draw, x, d)]))}
+        seed = data.draw(st.integers(0, 99))
+    finally:
+        draws.MODE["rule"] = False
+    _claims_checked({"x": x, "z": z}, steps, lays, world, seed)
+
+
+def test_padding_harness_catches_dropped_padding(monkeypatch):
+    """A padding rewrite that drops a padding piece that is not zero (exp(0) = 1 summed as if
+    it were 0) fails the chain's claim check."""
+    from shardproof.algebra import padding
+    from shardproof.relations.spec import Padded, Replicate, Shard
+    right = padding._reduction
+
+    def wrong(terms, op, attrs, children, shape):
+        found = padding.pad_cat(terms, children[0])
+        if op == "sum" and found is not None and found[0] in attrs[0] and attrs[2] is None:
+            return terms.make(op, attrs, (found[1][0],), shape)
+        return right(terms, op, attrs, children, shape)
+    monkeypatch.setattr(padding, "_reduction", wrong)
+    x = torch.from_numpy(np.arange(6.0).reshape(3, 2) / 10)
+    steps = [(A + "exp", lambda s: ((T("x"),), {})), (A + "sum", lambda s: ((T("s0"), [0]), {}))]
+    whole = {"x": Padded(Replicate(), 0, ((3, 4),))}  # every rank: x and a row of zeros
+    with pytest.raises(AssertionError):
+        run_chain({"x": x}, steps, whole, 2)
+    monkeypatch.setattr(padding, "_reduction", right)
+    assert run_chain({"x": x}, steps, whole, 2) == "unknown"  # exp(0) joined the sum: no claim of x's
+    steps[0] = (A + "mul", lambda s: ((T("x"), T("x")), {}))  # 0 * 0 = 0: the padding adds nothing
+    assert run_chain({"x": x}, steps, {"x": Padded(Shard(0), 0, ((3, 4),))}, 2) == "checked"

@@ -568,7 +568,10 @@ def _positions_in_piece(terms: TermStore, child: int, w: Val, dim: int):
 
 
 def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:
-    """Concatenate along `dim`; pieces of one term merge into one layout."""
+    """Concatenate along `dim`; pieces of one term merge into one layout (pieces of a term
+    and of the term with zero padding: of the padded one)."""
+    from .padding import common_padding
+    vals = common_padding(terms, vals)
     first = vals[0]
     dim = dim % len(first.vecs)
     same_base = all(

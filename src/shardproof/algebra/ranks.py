@@ -184,6 +184,11 @@ def combine(terms: TermStore, vals: list[Val], reduce_op: str) -> Val:
         first = vals[0]
     ts = [v.t for v in vals]
     op = reduce_op.lower()
+    if op in ("sum", "avg"):  # a rank holding only zero padding adds nothing
+        from .padding import is_zero
+        ts = [t for t in ts if not is_zero(terms, t)] or ts[:1]
+        if op == "avg":
+            return Val(scale(terms, sum_terms(terms, ts), Fraction(1, len(vals))), first.vecs)
     if op == "sum":
         t = sum_terms(terms, ts)
     elif op == "avg":

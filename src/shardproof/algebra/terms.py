@@ -24,6 +24,21 @@ COMMUTATIVE: set[str] = set()
 REWRITES: dict[str, list] = {}
 
 
+# term ops that apply elementwise (operands broadcast to the result) and reductions over
+# dims (attrs ``(dims, keepdim, over, ...)``), as the compute lemmas build them
+ELEMENTWISE: set[str] = set()
+REDUCTIONS: set[str] = set()
+
+# rewrites for a term of any head: each takes (store, op, attrs, children, shape)
+ANY_REWRITES: list = []
+
+
+def rewrite_any(fn):
+    """Register a rewrite tried on every term built (after the op's own rewrites)."""
+    ANY_REWRITES.append(fn)
+    return fn
+
+
 def rewrite(op: str):
     """Register a rewrite for terms headed by `op` (see :mod:`shardproof.algebra.lemmas`)."""
     def register(fn):
@@ -45,6 +60,10 @@ class TermStore:
             children = tuple(sorted(children))
         for rule in REWRITES.get(op, ()):
             out = rule(self, attrs, tuple(children), tuple(shape))
+            if out is not None:
+                return out
+        for rule in ANY_REWRITES:
+            out = rule(self, op, attrs, tuple(children), tuple(shape))
             if out is not None:
                 return out
         key = (op, attrs, tuple(children))

@@ -43,7 +43,8 @@ class Related:
             return f"{self.factor} times"
         return {"view": "a view", "const": "a constant", "input": "an input", "piece": "a piece of the reduction",
                 "local": "a rank-local index or piece",
-                "packed": "a concatenation of related tensors"}.get(self.kind, "held")
+                "packed": "a concatenation of related tensors", "padded": "held, with zero padding",
+                "padded-lanes": "held, with padding lanes (not zero)"}.get(self.kind, "held")
 
 
 def _tensor_vals(value) -> list:

@@ -15,14 +15,15 @@ from typing import Optional
 
 import numpy as np
 
-from ..algebra.layout import Val, full, view_term
+from ..algebra.layout import Val, full, shape_of, view_term
 from ..algebra.masks import make_fill
 from ..algebra.poly import same_polynomial
+from ..algebra.padding import padded_val, real_part, unpadded_positions
 from ..algebra.ranks import COMPLETES, combine
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation, relation_by_value
-from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Partial, Relation, RelationError, Shard, Slices,
+from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Padded, Partial, Relation, RelationError, Shard, Slices,
                               chunk_bounds, held, layout_index)
 from .diagnose import _src
 from .localize import _findings, _local_finding, _localize
@@ -85,7 +86,13 @@ class Relater:
                 if all(p is None for p in pos):
                     return rel
                 best = best or rel
-        return best or self._view_of_known(dval.t)
+        return best or self._view_of_known(dval.t) or self._padded(dval)
+
+    def _padded(self, dval: Val) -> Optional[Related]:
+        """A value with zero padding (or what ops made of it) whose real positions relate."""
+        found = real_part(self.terms, dval)
+        rel = self.direct(found[0]) if found is not None else None
+        return None if rel is None else Related(rel.seq_node, None, kind="padded" if found[1] else "padded-lanes")
 
     def scaled(self, dval) -> Optional[Related]:
         """An exact multiple of a single-device value (an average's sum before its division,
@@ -223,7 +230,7 @@ def _input_vals(terms: TermStore, seq: Graph, dist: DistributedProgram, bindings
                 raise RelationError(f"{n.name!r} on rank {r} has shape {list(n.shape)}, but {b.relation} of "
                                     f"{b.seq_name!r} (shape {list(sshape)}) over {dist.world_size} ranks gives "
                                     f"{list(local)}: the shapes cannot match")
-            vals[n.name] = Val(sval.t, tuple(vecs))
+            vals[n.name] = padded_val(terms, sval.t, tuple(vecs), getattr(b.relation, "padding", lambda: 0)())
         per_rank.append(vals)
     return seq_vals, per_rank
 
@@ -445,6 +452,10 @@ def _relation_holding(terms, relater, snode, sval, dvals, exp, world) -> Optiona
             return None
     if isinstance(exp, Shard) and _shards_assemble(terms, sval, dvals, exp, world):
         return str(exp)
+    if isinstance(exp, Padded):
+        shape = shape_of(terms, sval)
+        ok = all(unpadded_positions(terms, sval, dv, exp.layout(shape, r, world)) for r, dv in enumerate(dvals))
+        return str(exp) if ok else None
     per_rank = []
     for v in dvals:
         if v.t != sval.t:

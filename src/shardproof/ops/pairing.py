@@ -10,6 +10,7 @@ import numpy as np
 
 from ..algebra import compute, layout
 from ..algebra.layout import Val, unmaterialize, vec_array
+from ..algebra.padding import pad_join, padded_batch
 from ..algebra.terms import TermStore
 
 
@@ -55,8 +56,14 @@ def paired_dot(terms: TermStore, a: Val, b: Val, lhs_batch, rhs_batch, lhs_contr
     operands hold different positions is kept exact when the positions pair by a rule
     (heads cut from one fused projection: a shift; grouped-query k/v heads repeated to
     the query heads: a grouping); a pairing the other program already built over the
-    same operands is preferred, so both build the same term."""
+    same operands is preferred, so both build the same term. Zero padding along a batch
+    dim (:mod:`shardproof.algebra.padding`) is set apart first: its products are zero."""
     a, b = unmaterialize(terms, a), unmaterialize(terms, b)
+    padded = padded_batch(terms, a, b, lhs_batch, rhs_batch)
+    if padded is not None:
+        k, a_real, b_real, is_pad, offsets, size = padded
+        real = paired_dot(terms, a_real, b_real, lhs_batch, rhs_batch, lhs_contract, rhs_contract)
+        return pad_join(terms, real, k, offsets, is_pad, size)
     found = []
     for i, j in zip(lhs_batch, rhs_batch):
         asize, bsize = terms.shape(a.t)[i], terms.shape(b.t)[j]

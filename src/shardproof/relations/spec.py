@@ -32,9 +32,17 @@ def layout_index(shape: Sequence[int], vecs) -> tuple:
 
 
 def held(array: np.ndarray, vecs) -> np.ndarray:
-    """The elements of `array` a layout holds (`vecs` None: all of it)."""
+    """The elements of `array` a layout holds (`vecs` None: all of it). A position at or past
+    a dim's end (a :class:`Padded` layout's padding) holds zero."""
     array = np.asarray(array)
-    return array if vecs is None or not array.ndim else array[layout_index(array.shape, vecs)]
+    if vecs is None or not array.ndim:
+        return array
+    for d, v in enumerate(vecs):
+        if v is not None and len(v) and int(np.max(v)) >= array.shape[d]:
+            pad = [(0, 0)] * array.ndim
+            pad[d] = (0, int(np.max(v)) + 1 - array.shape[d])
+            array = np.pad(array, pad)
+    return array[layout_index(array.shape, vecs)]
 
 
 class Relation:
@@ -121,6 +129,80 @@ class Interleaved(Relation):
 
 
 @dataclass(frozen=True)
+class Padded(Relation):
+    """`placement` applied to the single-device tensor lengthened along `dim`: the dim's
+    `segments` ``[size, padded]`` or ``[size, padded, repeat]`` in turn (one segment: the
+    whole dim), each block of `unit` positions of a segment repeated `repeat` times in place
+    (repeat_interleave: GQA's k/v heads repeated to the query heads) and the segment then
+    filled with zeros at its end up to `padded` positions (heads or ffn columns padded to a
+    multiple of the ranks). ``Padded(Shard(1), 1, [[8192, 8196]])``: rank r holds block r
+    of the 8196 columns, the last 4 of which are zero. The padding is exactly zero: a
+    layout position at or past the dim's end (``size + j``) stands for it."""
+
+    placement: Relation
+    dim: int
+    segments: tuple
+    unit: int = 1
+
+    def _segments(self):
+        segs = self.segments
+        if segs and not isinstance(segs[0], (list, tuple)):
+            segs = (segs,)
+        out = []
+        for seg in segs:
+            if len(seg) not in (2, 3):
+                raise RelationError(f"a Padded segment is [size, padded] or [size, padded, repeat], not {list(seg)}")
+            size, padded, repeat = (list(seg) + [1])[:3]
+            if size % self.unit or size * repeat > padded:
+                raise RelationError(f"Padded segment {list(seg)}: {size} positions (in blocks of {self.unit}) "
+                                    f"repeated {repeat} times do not fit in {padded}")
+            out.append((int(size), int(padded), int(repeat)))
+        return out
+
+    def check(self, shape, world):
+        if not -len(shape) <= self.dim < len(shape):
+            raise RelationError(f"Padded dim {self.dim} out of range for shape {list(shape)}")
+        total = sum(s for s, _, _ in self._segments())
+        if total != shape[self.dim % len(shape)]:
+            raise RelationError(f"Padded segment sizes sum to {total}, but dim {self.dim} has size "
+                                f"{shape[self.dim % len(shape)]}")
+        if isinstance(self.placement, (Partial, Ignore, Padded)) or isinstance(self.placement, DERIVED):
+            raise RelationError(f"Padded places the padded tensor by a layout, not by {self.placement}")
+
+    def padding(self) -> int:
+        """How many zeros the longest segment's padding holds (``size + j``, j below it)."""
+        return max((padded - n * repeat for n, padded, repeat in self._segments()), default=0)
+
+    def source(self, size: int) -> np.ndarray:
+        """For each position of the padded dim, the single-device position it holds
+        (``size + j`` for the j-th zero of a segment's padding)."""
+        parts, at = [], 0
+        for n, padded, repeat in self._segments():
+            blocks = np.repeat(np.arange(n // self.unit, dtype=np.int64), repeat)
+            parts.append(at + (blocks[:, None] * self.unit + np.arange(self.unit, dtype=np.int64)).ravel())
+            parts.append(size + np.arange(padded - n * repeat, dtype=np.int64))
+            at += n
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def layout(self, shape, rank, world):
+        self.check(shape, world)
+        d = self.dim % len(shape)
+        src = self.source(shape[d])
+        grown = tuple(len(src) if k == d else s for k, s in enumerate(shape))
+        vecs = list(self.placement.layout(grown, rank, world))
+        vecs[d] = src if vecs[d] is None else src[vecs[d]]
+        if len(vecs[d]) == shape[d] and np.array_equal(vecs[d], np.arange(shape[d])):
+            vecs[d] = None
+        return tuple(vecs)
+
+    def __str__(self):
+        segs = [list(s) for s in self.segments] if self.segments and isinstance(self.segments[0], (list, tuple)) \
+            else [list(self.segments)]
+        extra = f", unit={self.unit}" if self.unit != 1 else ""
+        return f"Padded({self.placement}, {self.dim}, {segs}{extra})"
+
+
+@dataclass(frozen=True)
 class Slices(Relation):
     dim: int
     ranges: dict = field(hash=False)
@@ -175,7 +257,7 @@ class Mesh(Relation):
             raise RelationError(f"a mesh of shape {list(self.shape)} has {int(np.prod(self.shape))} ranks, "
                                 f"but the world has {world}")
         for p in self.placements:
-            if isinstance(p, (Partial, Ignore, Mesh)):
+            if isinstance(p, (Partial, Ignore, Mesh, Padded)):
                 raise RelationError(f"a Mesh placement must be Replicate, Shard, Interleaved or Slices, not {p}")
 
     def layout(self, shape, rank, world):
@@ -283,7 +365,7 @@ def _outside_block(ids: TensorType, out: TensorType, size: int, rank: int, world
 
 _NAMES = {"Replicate": Replicate, "Shard": Shard, "Partial": Partial, "Interleaved": Interleaved,
           "Slices": Slices, "Ignore": Ignore, "Mesh": Mesh,
-          "LocalIds": LocalIds, "OutsideBlock": OutsideBlock, "repl": Replicate, "replicate": Replicate}
+          "LocalIds": LocalIds, "OutsideBlock": OutsideBlock, "Padded": Padded, "repl": Replicate, "replicate": Replicate}
 
 
 def _build(node):
@@ -301,6 +383,8 @@ def _build(node):
                 kwargs["blocks"] = tuple(kwargs["blocks"])
         if name == "Mesh":
             args = [tuple(a) for a in args]
+        if name == "Padded":
+            args = args[:2] + [tuple(tuple(x) if isinstance(x, list) else x for x in args[2])] + args[3:]
         return _NAMES[name](*args, **kwargs)
     if isinstance(node, (ast.Tuple, ast.List)):
         return [_build(e) for e in node.elts]
@@ -327,7 +411,8 @@ def parse_relation(text) -> Relation:
     except Exception:
         raise RelationError(f"cannot read relation {s!r}{_did_you_mean(s)}; expected one of Replicate(), Shard(dim), "
                             f"Partial(\"sum\"), Interleaved(dim, [sizes]), Slices(dim, {{rank: (start, stop)}}), "
-                            f"Mesh([sizes], (placement per axis)), Ignore(), LocalIds(size), "
+                            f"Mesh([sizes], (placement per axis)), Padded(placement, dim, [[size, padded]]), Ignore(), "
+                            f"LocalIds(size), "
                             f"OutsideBlock(size, ids=NAME)") from None
 
 
