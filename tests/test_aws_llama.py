@@ -63,6 +63,7 @@ def test_real_pair_cli_exit_codes(capsys):
 
 @real
 @pytest.mark.slow
+@pytest.mark.sweep  # 5-7 min on 2 cores (the execution check of a 2048x128256 head on 6 ranks): make test-all
 def test_real_tp6_pair_verified_through_padding_and_repeated_kv_heads():
     """32 query heads padded to 36, 8 KV heads repeated 4 times and padded to 36, ffn 8192
     padded to 8196: the padding is proved harmless (zero rows of o_proj and down_proj, zero
