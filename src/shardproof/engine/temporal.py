@@ -243,3 +243,25 @@ def check(ranks: list[RankEvents]) -> TemporalResult:
         result.findings.extend(deadlocks(ranks, partners))
     del result.findings[MAX_FINDINGS:]
     return result
+
+
+def apply_to_report(report, ranks: list) -> None:
+    """Check `ranks` (each rank's RankEvents, None where not recorded) and add the result to
+    `report`: its ``temporal`` section, and the hazards as findings after the relational
+    ones (a hazard makes a verified or unknown report a violation)."""
+    import time
+    if not ranks or any(r is None for r in ranks):
+        return
+    if not all(r.complete for r in ranks):
+        report.temporal = {"checked": False, "events": 0, "findings": 0, "seconds": 0.0,
+                           "notes": [f"rank {r.rank}: {n}" for r in ranks for n in r.notes]}
+        return
+    t0 = time.perf_counter()
+    result = check(ranks)
+    report.temporal = {"checked": True, **result.to_json(), "seconds": round(time.perf_counter() - t0, 4)}
+    if not result.findings:
+        return
+    if report.status != "violation":
+        report.status, report.reason = "violation", ""
+        report.findings = []
+    report.findings.extend(result.findings)

@@ -400,4 +400,7 @@ def capture_rank(make_program: Callable[[int, int], Any], rank: int, world_size:
             program = make_program(rank, world_size)
         except Exception as exc:
             raise CaptureError(f"building the program for rank {rank} failed: {type(exc).__name__}: {exc}") from exc
-        return trace(program, data, label=f"rank {rank}"), program
+        graph = trace(program, data, label=f"rank {rank}")
+        from .torch_events import program_events  # (it imports this module)
+        graph.events = program_events(program, data, rank)
+        return graph, program

@@ -320,6 +320,20 @@ def _flat_outputs(out):
         yield local() if callable(local) else v
 
 
+def program_events(program: Any, data: dict, rank: int) -> RankEvents:
+    """The events of one eager run of a captured rank's program, its state swapped in as
+    copies (the module is left as it was); incomplete, with a note, where it cannot run."""
+    from .torch_capture import _call, program_inputs
+    try:
+        inputs = program_inputs(program, data)
+        run = _call(program, list(inputs), set(data))
+        values = [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in inputs.values()]
+        return record_events(lambda: run(*values), rank)
+    except Exception as exc:  # noqa: BLE001  (a program that only traces: no temporal check)
+        return RankEvents(rank, notes=[f"the program could not run eagerly on the fake process group "
+                                       f"({type(exc).__name__}: {str(exc)[:200]})"], complete=False)
+
+
 def record_ranks(program: Callable[[int, int], Any], world_size: int) -> list[RankEvents]:
     """Each rank's events for ``program(rank, world_size)`` run on a fake process group."""
     from .torch_capture import fake_world

@@ -76,3 +76,4 @@ class RankEvents:
     rank: int
     events: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    complete: bool = True  # False: the program could not be run to record them (see notes)

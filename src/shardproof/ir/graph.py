@@ -106,6 +106,7 @@ class Graph:
     # placements); input name -> the one a DTensor parameter's placements state
     stated: dict = field(default_factory=dict)
     stated_inputs: dict = field(default_factory=dict)
+    events: Any = None  # a live rank's program-order events (ir/events.py RankEvents), for the temporal checks
 
     @property
     def inputs(self) -> list[Node]:
