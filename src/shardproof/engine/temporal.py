@@ -65,7 +65,7 @@ def buffer_hazards(rank: RankEvents) -> list[Finding]:
     seen = set()
 
     def report(kind, e: Event, o: Event, what: str):
-        key = (kind, o.index, e.line)
+        key = (kind, e.op, e.line)
         if key not in seen:
             seen.add(key)
             out.append(_finding(kind, [rank.rank], e, f"rank {rank.rank}: {what} {o.describe()}, which is still in "
@@ -138,8 +138,10 @@ def match(ranks: list[RankEvents]) -> tuple[dict, list[Finding]]:
 
 def _mismatch(group: str, k: int, issued: list[Event]) -> Finding:
     ops = "; ".join(f"rank {e.rank}: {e.describe()}" for e in issued)
-    first = issued[0]
-    return _finding("collective-order-mismatch", [e.rank for e in issued], first,
+    sigs = [e.signature for e in issued]
+    usual = max(sigs, key=sigs.count)  # ties: the lowest rank's
+    odd = next(e for e in issued if e.signature != usual)  # located where a rank departs from the others
+    return _finding("collective-order-mismatch", [e.rank for e in issued], odd,
                     f"collective #{k + 1} of group {group} differs across its ranks ({ops}): each rank's op is "
                     f"combined with a different op of its peers (a silent mix-up or a hang)")
 

@@ -1,0 +1,178 @@
+"""Temporal checks (engine/temporal.py over frontends/torch_events.py): each hazard in a
+minimal and a realistic program (tests/temporal_programs.py) is found at its rank and
+source line with its bug class; each correct twin has no finding; the correct zoo cases
+have none; a live case whose async all_reduce is read before wait() is a violation
+although its values relate (the functional capture makes every collective synchronous).
+Labels: the hangs and the twins' values on a real gloo group (tests/gloo.py)."""
+import functools
+import importlib
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
+
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+
+import temporal_programs as tp  # noqa: E402
+from conftest import ZOO  # noqa: E402
+from shardproof import Case, verify  # noqa: E402
+from shardproof.engine.temporal import check  # noqa: E402
+from shardproof.frontends.torch_events import record_ranks  # noqa: E402
+
+# program -> (bug class, ranks it is found on, the line's text)
+HAZARDS = {
+    "use_before_wait": ("use-before-wait", [0, 1], "y = x * 2  # reads x"),
+    "send_buffer_reused": ("buffer-reused-before-completion", [0], "x.add_(10)  # overwrites"),
+    "two_ops_one_buffer": ("concurrent-buffer-access", [0, 1], "w2 = dist.all_reduce(y"),
+    "collective_order": ("collective-order-mismatch", [0, 1], "dist.all_gather_into_tensor(out, x)"),
+    "recv_first": ("deadlock", [0, 1], "dist.recv(got, peer)"),
+    "zero3_prefetch": ("use-before-wait", [0, 1], "h = torch.tanh(F.linear(h, weight))"),
+    "overlapped_dp_step": ("use-before-wait", [0, 1], "new = {n: p - lr * p.grad"),
+    "groups_in_rank_order": ("collective-order-mismatch", [0, 1], "dist.all_reduce(grads[name]"),
+    "pipeline_1f1b": ("deadlock", [0, 1], "dist.recv(grad, peer)  # waits"),
+}
+_LINES = open(tp.__file__).read().splitlines()
+
+
+@pytest.fixture(scope="module")
+def results():
+    """Each program's check result, bug and twin, from one event capture each."""
+    return {(name, bug): check(record_ranks(functools.partial(getattr(tp, name), bug=bug), 2))
+            for name in HAZARDS for bug in (True, False)}
+
+
+@pytest.mark.parametrize("name", list(HAZARDS))
+def test_hazard_found_at_its_line_and_twin_clean(results, name):
+    kind, ranks, text = HAZARDS[name]
+    found = results[(name, True)].findings
+    assert found, f"{name}: no temporal finding"
+    first = found[0]
+    assert first.kind == kind
+    assert sorted({r for f in found if f.kind == kind for r in f.rank}) == ranks
+    line = int(first.source.split(":")[1].split()[0])
+    assert text in _LINES[line - 1], (first.source, _LINES[line - 1])
+    assert first.hint and first.message
+    assert results[(name, False)].findings == [], f"{name}'s correct twin was flagged"
+
+
+def test_deadlock_names_the_cycle(results):
+    msg = results[("pipeline_1f1b", True)].findings[0].message
+    assert "rank 0 blocks in recv" in msg and "rank 1 blocks in recv" in msg
+    msg = results[("groups_in_rank_order", True)].findings[0].message
+    assert "group" in msg and "different orders" in msg
+
+
+def test_unmatched_collective_is_a_hang():
+    def one_sided(rank, world):
+        x = torch.ones(2)
+        if rank == 0:
+            dist.all_reduce(x)
+        return {"x": x}
+    found = check(record_ranks(one_sided, 2)).findings
+    assert [f.kind for f in found] == ["deadlock"] and found[0].rank == [0] and "never issue" in found[0].message
+
+
+def test_strided_views_of_one_buffer_do_not_clash():
+    """Even and odd columns of one storage received at once: disjoint elements, no hazard;
+    overlapping column ranges: a hazard on the receiving rank (two sends may read one buffer)."""
+    def columns(rank, world, step=2):
+        x = torch.ones(4, 4)
+        a, b = x[:, 0::step], x[:, 1::step]
+        works = [dist.isend(a, 1 - rank), dist.isend(b, 1 - rank)] if rank == 0 else [
+            dist.irecv(a, 0), dist.irecv(b, 0)]
+        for work in works:
+            work.wait()
+        return {"x": x}
+    assert check(record_ranks(columns, 2)).findings == []
+    found = check(record_ranks(functools.partial(columns, step=1), 2)).findings
+    assert found and found[0].kind == "concurrent-buffer-access" and found[0].rank == [1]
+
+
+# ---------------------------------------------------------------- wired into verification
+
+class RowParallel(nn.Module):
+    def __init__(self, full: nn.Linear, rank: int, world: int, bug: bool):
+        super().__init__()
+        self.weight = nn.Parameter(full.weight.detach().chunk(world, 1)[rank].clone())
+        self.rank, self.world, self.bug = rank, world, bug
+
+    def forward(self, input):
+        y = torch.nn.functional.linear(input.chunk(self.world, -1)[self.rank], self.weight)
+        work = dist.all_reduce(y, async_op=True)
+        if self.bug:
+            out = y * 1.0  # read before the reduction is waited on
+            work.wait()
+            return out
+        work.wait()
+        return y * 1.0
+
+
+def _case(bug: bool) -> Case:
+    torch.manual_seed(0)
+    full = nn.Linear(8, 4, bias=False)
+    return Case(single=full, distributed=lambda rank, world: RowParallel(full, rank, world, bug),
+                inputs={"input": torch.randn(3, 8)}, world_size=2)
+
+
+def test_async_read_before_wait_is_a_violation_its_twin_verified():
+    bug = verify(_case(True))
+    assert bug.status == "violation"
+    f = bug.findings[0]
+    assert f.kind == "use-before-wait" and f.rank == [0]
+    assert [x.rank for x in bug.findings] == [[0], [1]]
+    assert f.source and f.source.endswith("in forward") and "test_temporal.py" in f.source
+    assert bug.temporal["checked"] and bug.temporal["findings"] >= 1
+    ok = verify(_case(False))
+    assert ok.status == "verified", ok
+    assert ok.temporal == {**ok.temporal, "checked": True, "findings": 0}
+
+
+def test_correct_zoo_cases_have_no_temporal_finding():
+    """Each correct forward zoo case's events (recorded as capture records them) at its
+    smallest world size: no hazard."""
+    from shardproof.frontends.torch_capture import fake_world
+    from shardproof.frontends.torch_events import program_events
+    from shardproof.zoo import catalogue
+    checked = 0
+    for path in catalogue(ZOO):
+        if os.path.dirname(path) != ZOO:
+            continue
+        module = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
+        world = min(getattr(module, "WORLD_SIZES", (2,)))
+        case = module.case(world)
+        ranks = []
+        for rank in range(world):
+            data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
+            with fake_world(rank, world):
+                ranks.append(program_events(case.distributed(rank, world), data, rank))
+        assert all(r.complete for r in ranks), (path, [r.notes for r in ranks])
+        assert check(ranks).findings == [], path
+        checked += 1
+    assert checked >= 15
+
+
+# ---------------------------------------------------------------- labels on gloo
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("name", list(HAZARDS))
+def test_labels_on_gloo(name):
+    """Deadlocks hang on a real gloo group and their twins finish; every twin finishes (the
+    races are races by c10d semantics: gloo may or may not show them on a given run)."""
+    from gloo import run_with_timeout
+    program = getattr(tp, name)
+    twin = run_with_timeout(program, 2, 5.0, bug=False)
+    assert twin is not None and all(isinstance(r, dict) for r in twin), twin
+    if HAZARDS[name][0] in ("deadlock", "collective-order-mismatch"):
+        assert run_with_timeout(program, 2, 2.0, bug=True) is None, f"{name} did not hang on gloo"
+
+
+def test_twin_values_on_gloo():
+    """The twins compute what c10d says they do (the fast part of the labels)."""
+    from gloo import run_with_timeout
+    got = run_with_timeout(tp.use_before_wait, 2, 5.0, bug=False)
+    assert all((r["y"] == 6).all() for r in got)
+    got = run_with_timeout(tp.pipeline_1f1b, 2, 5.0, bug=False)
+    assert got is not None
+    assert run_with_timeout(tp.recv_first, 2, 2.0, bug=True) is None  # the minimal deadlock hangs
