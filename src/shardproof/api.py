@@ -107,7 +107,7 @@ def _capture_forward(case: Case, world: int, say, total: int, tc):
         for rank in range(world):
             say(f"capturing rank {rank} of {world}", 1 + rank, total)
             data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
-            graph, program = tc.capture_rank(case.distributed, rank, world, data)
+            graph, program = tc.capture_rank(case.distributed, rank, world, data, events=TEMPORAL)
             graphs.append(graph)
             rank_values.append(_numpy(tc.program_inputs(program, data)))
     except tc.CaptureError as exc:

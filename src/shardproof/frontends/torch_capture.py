@@ -393,14 +393,16 @@ def capture_single(program: Any, data: dict[str, torch.Tensor]) -> Graph:
 
 
 def capture_rank(make_program: Callable[[int, int], Any], rank: int, world_size: int,
-                 data: dict[str, torch.Tensor]) -> tuple[Graph, Any]:
-    """Trace rank `rank`'s program; returns the graph and the program (for its weights)."""
+                 data: dict[str, torch.Tensor], events: bool = False) -> tuple[Graph, Any]:
+    """Trace rank `rank`'s program; returns the graph and the program (for its weights).
+    With `events`, ``graph.events`` holds the rank's program-order events (torch_events)."""
     with fake_world(rank, world_size):
         try:
             program = make_program(rank, world_size)
         except Exception as exc:
             raise CaptureError(f"building the program for rank {rank} failed: {type(exc).__name__}: {exc}") from exc
         graph = trace(program, data, label=f"rank {rank}")
-        from .torch_events import program_events  # (it imports this module)
-        graph.events = program_events(program, data, rank)
+        if events:
+            from .torch_events import program_events  # (it imports this module)
+            graph.events = program_events(program, data, rank)
         return graph, program
