@@ -141,7 +141,7 @@ def _capture_training(case: Case, world: int, say, total: int):
         for rank in range(world):
             say(f"capturing rank {rank} of {world} (training step)", 1 + rank, total)
             data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
-            graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data, case.train)
+            graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data, case.train, events=TEMPORAL)
             graphs.append(graph)
             rank_values.append(_numpy(inputs))
     except tc.CaptureError as exc:

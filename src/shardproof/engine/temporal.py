@@ -100,6 +100,7 @@ def match(ranks: list[RankEvents]) -> tuple[dict, list[Finding]]:
     by_group: dict[tuple, dict[int, list[Event]]] = {}
     sends: dict[tuple, list[Event]] = {}
     recvs: dict[tuple, list[Event]] = {}
+    by_ranks = any(r.from_graph for r in ranks)  # a graph knows a group by its ranks only
     for r in ranks:
         for e in r.events:
             if e.kind != ISSUE:
@@ -109,11 +110,11 @@ def match(ranks: list[RankEvents]) -> tuple[dict, list[Finding]]:
             elif e.op in RECV_OPS and e.peer is not None:
                 recvs.setdefault((e.peer, e.rank, e.tag), []).append(e)
             elif e.op not in SEND_OPS | RECV_OPS:
-                by_group.setdefault((e.group, e.ranks), {}).setdefault(e.rank, []).append(e)
+                by_group.setdefault((None if by_ranks else e.group, e.ranks), {}).setdefault(e.rank, []).append(e)
     partners: dict[tuple, list] = {}
     findings: list[Finding] = []
     present = {r.rank for r in ranks}
-    for (group, members), per_rank in by_group.items():
+    for (_, members), per_rank in by_group.items():
         members = [m for m in members if m in present]
         for k in range(max(len(v) for v in per_rank.values())):
             ops = {m: per_rank[m][k] if k < len(per_rank.get(m, [])) else None for m in members}
@@ -122,7 +123,7 @@ def match(ranks: list[RankEvents]) -> tuple[dict, list[Finding]]:
                     partners[(m, e.index)] = [ops[o] for o in members if o != m]
             issued = [e for e in ops.values() if e is not None]
             if len({e.signature for e in issued}) > 1:
-                findings.append(_mismatch(group, k, issued))
+                findings.append(_mismatch(issued[0].group, k, issued))
     for key, ss in sends.items():
         rs = recvs.get(key, [])
         for i, s in enumerate(ss):
@@ -239,10 +240,11 @@ def check(ranks: list[RankEvents]) -> TemporalResult:
                             notes=[f"rank {r.rank}: {n}" for r in ranks for n in r.notes])
     for r in ranks:
         result.findings.extend(buffer_hazards(r))
-    partners, mismatched = match(ranks)
-    result.findings.extend(mismatched)
-    if not mismatched:
-        result.findings.extend(deadlocks(ranks, partners))
+    if all(r.ordered for r in ranks):
+        partners, mismatched = match(ranks)
+        result.findings.extend(mismatched)
+        if not mismatched:
+            result.findings.extend(deadlocks(ranks, partners))
     del result.findings[MAX_FINDINGS:]
     return result
 

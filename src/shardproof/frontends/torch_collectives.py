@@ -122,10 +122,16 @@ class _Done:
         return True
 
 
+ASYNC_ISSUED = [0]
+"""How many ``async_op=True`` collectives were traced (so far, in this process): a rank
+that issued one gets its events recorded by an eager run (frontends/torch_events.py)."""
+
+
 def _functional(result_of: Callable) -> Callable:
     fc = torch.ops._c10d_functional
 
     def wrap(*args, async_op: bool = False, **kwargs):
+        ASYNC_ISSUED[0] += bool(async_op)
         result_of(fc, *args, **kwargs)
         return _Done() if async_op else None
     return wrap

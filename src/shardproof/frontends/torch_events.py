@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..ir.events import ACCESS, ISSUE, WAIT, Buffer, Event, RankEvents
 from .torch_capture import innermost_user_frame
+from .torch_collectives import COLLECTIVE_PREFIXES
 
 _EXACT_ELEMENTS = 1 << 16  # non-contiguous tensors up to this many elements get exact element sets
 
@@ -47,8 +48,26 @@ _OPS: dict[str, tuple] = {
     "irecv": ((), ("tensor",), "src"),
 }
 _P2P = {"send", "isend", "recv", "irecv"}
+_COLLECTIVE_OPS = frozenset(_OPS) - _P2P - {"barrier"} | {"broadcast", "all_gather_single", "reduce_scatter_single"}
 _ALWAYS_ASYNC = {"isend", "irecv"}
 _SIZED = {"all_reduce", "broadcast", "reduce", "all_gather_into_tensor", "reduce_scatter_tensor"}
+
+
+_SAME_OP = {"all_gather": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter_tensor",
+            "all_to_all": "all_to_all_single", "all_gather_single": "all_gather_into_tensor",
+            "reduce_scatter_single": "reduce_scatter_tensor"}
+
+
+def signature(op: str, reduce: str | None, dtype: str | None, numel: int | None) -> tuple:
+    """What must agree across the ranks at one position of a group's collective order:
+    the same for the c10d API, the functional collectives and a captured graph's nodes."""
+    op = _SAME_OP.get(op, op)
+    return (op, reduce, dtype, numel if op in _SIZED else None)
+
+
+def _dtype(t) -> str:
+    from .torch_capture import DTYPES
+    return DTYPES.get(t.dtype, str(t.dtype))
 
 
 def buffer_of(t) -> Buffer | None:
@@ -119,6 +138,8 @@ class Recorder:
         self.quiet = 0  # >0 while inside a recorded c10d call (its own ops are not the user's)
         self.inflight: dict[int, tuple] = {}  # handle -> the async op's buffers
         self.keep: list = []  # tensors of issued ops stay alive, so storage addresses stay unique
+        self._params = {name: tuple(inspect.signature(getattr(c10d, name)).parameters) for name in _OPS
+                        if hasattr(c10d, name)}
         self._handles = 0
 
     def _add(self, kind: str, **fields) -> Event:
@@ -143,8 +164,9 @@ class Recorder:
                 self.out.notes.append(f"{op} without a peer (any source) at {_line()}: not matched")
         first = (_tensors(args.get(reads_from[0] if reads_from else writes_from[0])) if reads_from or writes_from
                  else [])
-        sig = (op, _reduce(args.get("op")), None if op in _P2P else args.get(root),
-               str(first[0].dtype) if first else None, first[0].numel() if first and op in _SIZED else None)
+        reduce = _reduce(args.get("op", dist.ReduceOp.SUM)) if "op" in self._params.get(op, ()) else None
+        sig = signature(op, reduce, _dtype(first[0]) if first else None,
+                        first[0].numel() if first else None)
         handle = None
         if async_op:
             self._handles += 1
@@ -161,8 +183,8 @@ class Recorder:
         from .torch_capture import group_ranks
         reads = _buffers(args[0])
         first = _tensors(args[0])
-        sig = (op, next((a for a in args[1:] if isinstance(a, str) and a != name), None), None,
-               str(first[0].dtype) if first else None, first[0].numel() if first and op in _SIZED else None)
+        sig = signature(op, _functional_reduce(args, name), _dtype(first[0]) if first else None,
+                        first[0].numel() if first else None)
         self._add(ISSUE, op=op, group=name, buffers=reads, reads=reads, ranks=group_ranks(name), signature=sig)
 
     def waited(self, handle: int) -> None:
@@ -176,6 +198,10 @@ class Recorder:
         writes = tuple(b for b in writes if b.storage in live)
         if reads or writes:
             self._add(ACCESS, op=op, buffers=reads + writes, reads=reads, writes=writes, line=line)
+
+
+def _functional_reduce(args, group: str) -> str | None:
+    return args[1] if len(args) > 1 and isinstance(args[1], str) and args[1] != group else None
 
 
 def _reduce(op) -> str | None:
@@ -330,8 +356,63 @@ def program_events(program: Any, data: dict, rank: int) -> RankEvents:
         values = [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in inputs.values()]
         return record_events(lambda: run(*values), rank)
     except Exception as exc:  # noqa: BLE001  (a program that only traces: no temporal check)
-        return RankEvents(rank, notes=[f"the program could not run eagerly on the fake process group "
-                                       f"({type(exc).__name__}: {str(exc)[:200]})"], complete=False)
+        return _not_run(rank, exc)
+
+
+def step_events(program: Any, data: dict, train, rank: int) -> RankEvents:
+    """The events of one eager ``train_step`` of a captured rank's program, its parameters
+    and buffers swapped for copies (the module is left as it was)."""
+    from torch.nn.utils.stateless import _reparametrize_module
+    from .torch_run import _step
+    try:
+        copies = {n: t.detach().clone().requires_grad_(t.requires_grad)
+                  for n, t in list(program.named_parameters()) + list(program.named_buffers())}
+        with _reparametrize_module(program, copies):
+            return record_events(lambda: _step(program, data, train, lambda m, *a: m.train_step(*a)), rank)
+    except Exception as exc:  # noqa: BLE001
+        return _not_run(rank, exc)
+
+
+def rank_events(graph, rank: int, eager: Callable[[], RankEvents] | None = None) -> RankEvents:
+    """A captured rank's events: from an ``eager()`` run where given (it issued async ops:
+    their waits and buffers matter), whose collectives must be the graph's, in its order
+    (else -- a DTensor program's own collectives are not seen eagerly -- the order is not
+    checked: ``ordered`` False, with a note); otherwise read off the graph."""
+    from_graph = graph_events(graph, rank)
+    if eager is None:
+        return from_graph
+    events = eager()
+    seen = [e.signature for e in events.events if e.kind == ISSUE and e.peer is None and e.op in _COLLECTIVE_OPS]
+    if events.complete and seen != [e.signature for e in from_graph.events]:
+        events.ordered = False
+        events.notes.append("the eager run saw other collectives than the captured graph: their order across "
+                            "ranks is not checked")
+    return events
+
+
+def graph_events(graph, rank: int) -> RankEvents:
+    """The collectives of a captured rank graph (nodes in program order) as synchronous
+    issues: the events of a rank that issued no async op. A graph names a group by its
+    ranks only (``from_graph``: the check then matches collectives by their ranks)."""
+    out = RankEvents(rank, from_graph=True)
+    for node in graph.nodes:
+        if not node.op.startswith(COLLECTIVE_PREFIXES) or node.op.endswith("wait_tensor"):
+            continue
+        ranks = next((tuple(a) for a in reversed(node.args) if isinstance(a, (tuple, list))
+                      and all(isinstance(x, int) for x in a)), ())
+        first = next(iter(node.inputs), None)
+        ty = first.type if first is not None and hasattr(first.type, "dtype") else None
+        op = node.op.split(".")[-1]
+        reduce = node.args[1] if len(node.args) > 1 and isinstance(node.args[1], str) else None
+        out.events.append(Event(rank, len(out.events), ISSUE, op=op, group=",".join(map(str, ranks)),
+                                line=node.source and str(node.source), ranks=ranks,
+                                signature=signature(op, reduce, ty and ty.dtype, ty and ty.numel)))
+    return out
+
+
+def _not_run(rank: int, exc: Exception) -> RankEvents:
+    return RankEvents(rank, notes=[f"the program could not run eagerly on the fake process group "
+                                   f"({type(exc).__name__}: {str(exc)[:200]})"], complete=False)
 
 
 def record_ranks(program: Callable[[int, int], Any], world_size: int) -> list[RankEvents]:

@@ -77,3 +77,5 @@ class RankEvents:
     events: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     complete: bool = True  # False: the program could not be run to record them (see notes)
+    ordered: bool = True  # False: the collectives' order is not known completely (see notes)
+    from_graph: bool = False  # read off a captured graph, which names groups by their ranks only
