@@ -176,3 +176,81 @@ def test_twin_values_on_gloo():
     got = run_with_timeout(tp.pipeline_1f1b, 2, 5.0, bug=False)
     assert got is not None
     assert run_with_timeout(tp.recv_first, 2, 2.0, bug=True) is None  # the minimal deadlock hangs
+
+
+class SwappedOrder(nn.Module):
+    """Row-parallel output reduced and a replicated feature gathered; with `bug`, rank 1
+    issues the two collectives in the other order (each rank's values would be right if
+    the collectives were matched by tensor, which c10d does not do)."""
+
+    def __init__(self, full: nn.Linear, rank: int, world: int, bug: bool):
+        super().__init__()
+        self.weight = nn.Parameter(full.weight.detach().chunk(world, 1)[rank].clone())
+        self.rank, self.world, self.bug = rank, world, bug
+
+    def forward(self, input):
+        y = torch.nn.functional.linear(input.chunk(self.world, -1)[self.rank], self.weight)
+        z = input.sum(0).chunk(self.world)[self.rank].contiguous()
+        gathered = torch.empty(z.numel() * self.world)
+        if self.bug and self.rank == 1:
+            dist.all_gather_into_tensor(gathered, z)
+            dist.all_reduce(y)
+        else:
+            dist.all_reduce(y)
+            dist.all_gather_into_tensor(gathered, z)
+        return y, gathered
+
+
+class AsyncOnOneRank(RowParallel):
+    """Rank 0 overlaps its reduction (async, waited before use), rank 1 reduces synchronously:
+    events of rank 0 from an eager run, of rank 1 from its graph."""
+
+    def forward(self, input):
+        if self.rank == 0:
+            return super().forward(input)
+        y = torch.nn.functional.linear(input.chunk(self.world, -1)[self.rank], self.weight)
+        dist.all_reduce(y)
+        return y * 1.0
+
+
+def _single_swapped(full):
+    class Single(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = full.weight
+
+        def forward(self, input):
+            return torch.nn.functional.linear(input, self.weight), input.sum(0)
+    return Single()
+
+
+def test_collectives_in_different_orders_on_a_live_case():
+    torch.manual_seed(0)
+    full = nn.Linear(8, 4, bias=False)
+
+    def case(bug):
+        return Case(single=_single_swapped(full),
+                    distributed=lambda rank, world: SwappedOrder(full, rank, world, bug),
+                    inputs={"input": torch.randn(3, 8)}, world_size=2)
+    bug = verify(case(True))
+    assert bug.status == "violation"
+    kinds = [f.kind for f in bug.findings]
+    assert "collective-order-mismatch" in kinds, bug.findings
+    f = bug.findings[kinds.index("collective-order-mismatch")]
+    assert f.rank == [0, 1] and "all_gather_into_tensor(gathered, z)" in _source_line(f.source)
+    ok = verify(case(False))
+    assert ok.status == "verified" and ok.temporal["checked"] and ok.temporal["findings"] == 0
+
+
+def test_async_on_one_rank_only_is_checked_and_clean():
+    torch.manual_seed(0)
+    full = nn.Linear(8, 4, bias=False)
+    report = verify(Case(single=full, distributed=lambda rank, world: AsyncOnOneRank(full, rank, world, False),
+                         inputs={"input": torch.randn(3, 8)}, world_size=2))
+    assert report.status == "verified" and report.temporal["checked"] and report.temporal["findings"] == 0
+    assert report.temporal["events"] >= 3  # rank 0: issue, wait, read of the result; rank 1: issue
+
+
+def _source_line(source: str) -> str:
+    path, rest = source.rsplit(":", 1)
+    return open(path).read().splitlines()[int(rest.split()[0]) - 1]
