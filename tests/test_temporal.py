@@ -178,15 +178,10 @@ def test_twin_values_on_gloo():
     assert run_with_timeout(tp.recv_first, 2, 2.0, bug=True) is None  # the minimal deadlock hangs
 
 
-class SwappedOrder(nn.Module):
+class SwappedOrder(RowParallel):
     """Row-parallel output reduced and a replicated feature gathered; with `bug`, rank 1
     issues the two collectives in the other order (each rank's values would be right if
     the collectives were matched by tensor, which c10d does not do)."""
-
-    def __init__(self, full: nn.Linear, rank: int, world: int, bug: bool):
-        super().__init__()
-        self.weight = nn.Parameter(full.weight.detach().chunk(world, 1)[rank].clone())
-        self.rank, self.world, self.bug = rank, world, bug
 
     def forward(self, input):
         y = torch.nn.functional.linear(input.chunk(self.world, -1)[self.rank], self.weight)
