@@ -74,6 +74,14 @@ def test_unmatched_collective_is_a_hang():
     assert [f.kind for f in found] == ["deadlock"] and found[0].rank == [0] and "never issue" in found[0].message
 
 
+def test_wait_through_the_future_counts():
+    def via_future(rank, world):
+        x = torch.ones(4)
+        dist.all_reduce(x, async_op=True).get_future().wait()
+        return {"x": x * 2}
+    assert check(record_ranks(via_future, 2)).findings == []
+
+
 def test_strided_views_of_one_buffer_do_not_clash():
     """Even and odd columns of one storage received at once: disjoint elements, no hazard;
     overlapping column ranges: a hazard on the receiving rank (two sends may read one buffer)."""

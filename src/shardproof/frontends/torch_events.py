@@ -126,6 +126,10 @@ class _Handle:
         self._recorder.waited(self._handle)
         return self._work.wait(*args, **kwargs) if self._work is not None else True
 
+    def get_future(self):
+        """The work's future, whose ``wait()`` is this work's wait."""
+        return _Handle(self._recorder, self._work.get_future() if self._work is not None else None, self._handle)
+
     def __getattr__(self, name):
         return getattr(self._work, name)
 
