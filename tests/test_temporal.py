@@ -257,3 +257,15 @@ def test_async_on_one_rank_only_is_checked_and_clean():
 def _source_line(source: str) -> str:
     path, rest = source.rsplit(":", 1)
     return open(path).read().splitlines()[int(rest.split()[0]) - 1]
+
+
+def test_cli_no_temporal(tmp_path):
+    """--no-temporal: no temporal section, for that run only."""
+    import json
+    from shardproof import api
+    from shardproof.cli import main
+    case = os.path.join(ZOO, "vocab_parallel_embedding.py")  # a fast case
+    off = tmp_path / "off.json"
+    assert main(["verify", case, "--no-confirm", "--no-fix", "-qq", "--no-temporal", "--json", str(off)]) == 2
+    assert json.loads(off.read_text())["temporal"] is None
+    assert api.TEMPORAL is True

@@ -253,8 +253,15 @@ def _plan(args) -> list[tuple]:
 
 def _run(args, path, n, module, progress):
     from . import api
+    saved, api.TEMPORAL = api.TEMPORAL, not args.no_temporal  # for this run only
+    try:
+        return _run_case(args, path, n, module, progress)
+    finally:
+        api.TEMPORAL = saved
+
+
+def _run_case(args, path, n, module, progress):
     from .api import verify_case, verify_dumps
-    api.TEMPORAL = not args.no_temporal  # (each run says; the default is on)
     views = bool(args.html)
     if path is None:
         return verify_dumps(args.seq, args.dist[0] if len(args.dist) == 1 else args.dist,
