@@ -137,9 +137,12 @@ def test_async_read_before_wait_is_a_violation_its_twin_verified():
     assert ok.temporal == {**ok.temporal, "checked": True, "findings": 0}
 
 
+@pytest.mark.sweep
 def test_correct_zoo_cases_have_no_temporal_finding():
-    """Each correct forward zoo case's events (recorded as capture records them) at its
-    smallest world size: no hazard."""
+    """Each correct forward zoo case's events recorded by an eager run (the path of ranks
+    that issue async ops) at its smallest world size: no hazard. (Under make test, every
+    correct zoo case, training steps included, is checked on its graph's events inside
+    test_zoo / test_training's verifications: a temporal finding makes them a violation.)"""
     from shardproof.frontends.torch_capture import fake_world
     from shardproof.frontends.torch_events import program_events
     from shardproof.zoo import catalogue
