@@ -272,3 +272,40 @@ def test_cli_no_temporal(tmp_path):
     assert main(["verify", case, "--no-confirm", "--no-fix", "-qq", "--no-temporal", "--json", str(off)]) == 2
     assert json.loads(off.read_text())["temporal"] is None
     assert api.TEMPORAL is True
+
+
+def _overlapped_ddp_case(bug: bool):
+    """ddp_bucket_train with each bucket's all_reduce issued async (overlapping the next
+    bucket's flattening); the bug unflattens a bucket before waiting for its reduction."""
+    import sys
+    sys.path.insert(0, os.path.join(ZOO, "train"))
+    import ddp_bucket_train as ddp
+
+    class Overlapped(ddp.BucketedGradients):
+        def reduce_gradients(self, grads):
+            pending = []
+            for bucket in self.buckets(list(grads)):
+                flat = self.flatten(grads, bucket)
+                pending.append((bucket, flat, dist.all_reduce(flat, group=self.mesh.dp_group, async_op=True)))
+            reduced = {}
+            for bucket, flat, work in pending:
+                if not bug:
+                    work.wait()
+                for n, start, end in self.offsets(grads, bucket):
+                    reduced[n] = flat[start:end].view_as(grads[n]).clone()  # BUG when not waited
+                work.wait()
+            return {n: reduced[n] for n in grads}
+    return ddp.case(2, dp=2, model=Overlapped, name="overlapped_ddp")
+
+
+@pytest.mark.sweep
+def test_overlapped_ddp_training_step():
+    """A training step's async gradient buckets: read before wait is found at its line on
+    every rank (the step run eagerly, its parameters swapped for copies); the twin verifies."""
+    bug = verify(_overlapped_ddp_case(True))
+    temporal = [f for f in bug.findings if f.kind == "use-before-wait"]
+    assert bug.status == "violation" and temporal, bug
+    assert sorted({r for f in temporal for r in f.rank}) == [0, 1]
+    assert "BUG when not waited" in _source_line(temporal[0].source)
+    ok = verify(_overlapped_ddp_case(False))
+    assert ok.status == "verified" and ok.temporal["checked"] and ok.temporal["findings"] == 0, ok.temporal

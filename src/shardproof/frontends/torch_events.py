@@ -165,7 +165,9 @@ class Recorder:
                 peer = dist.get_global_rank(g, args["group_" + root])
             tag = args.get("tag") or 0
             if peer is None:
-                self.out.notes.append(f"{op} without a peer (any source) at {_line()}: not matched")
+                self.out.notes.append(f"{op} without a peer (any source) at {_line()}: the order across ranks "
+                                      f"is not checked")
+                self.out.ordered = False
         first = (_tensors(args.get(reads_from[0] if reads_from else writes_from[0])) if reads_from or writes_from
                  else [])
         reduce = _reduce(args.get("op", dist.ReduceOp.SUM)) if "op" in self._params.get(op, ()) else None
@@ -285,7 +287,8 @@ class _Accesses(TorchDispatchMode):
                 r.functional(func._opname, tuple(args))
         elif namespace == "c10d":
             r.out.notes.append(f"c10d.{func._opname} issued outside torch.distributed's API at {_line()}: "
-                               f"not in the event order")
+                               f"the order across ranks is not checked")
+            r.out.ordered = False
         elif r.inflight:
             _access(r, func, args, kwargs)
         return out
