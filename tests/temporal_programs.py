@@ -73,6 +73,21 @@ def recv_first(rank, world, bug=True):
     return {"got": got}
 
 
+def send_first(rank, world, bug=True):
+    """Blocking sends rendezvous with their receive (gloo and NCCL alike): both sides
+    sending first hang."""
+    x = torch.full((4,), float(rank + 1))
+    got = torch.empty(4)
+    peer = 1 - rank
+    if bug or rank == 0:
+        dist.send(x, peer)
+        dist.recv(got, peer)
+    else:
+        dist.recv(got, peer)
+        dist.send(x, peer)
+    return {"got": got}
+
+
 # ---------------------------------------------------------------- realistic
 
 

@@ -28,6 +28,7 @@ HAZARDS = {
     "two_ops_one_buffer": ("concurrent-buffer-access", [0, 1], "w2 = dist.all_reduce(y"),
     "collective_order": ("collective-order-mismatch", [0, 1], "dist.all_gather_into_tensor(out, x)"),
     "recv_first": ("deadlock", [0, 1], "dist.recv(got, peer)"),
+    "send_first": ("deadlock", [0, 1], "dist.send(x, peer)"),
     "zero3_prefetch": ("use-before-wait", [0, 1], "h = torch.tanh(F.linear(h, weight))"),
     "overlapped_dp_step": ("use-before-wait", [0, 1], "new = {n: p - lr * p.grad"),
     "groups_in_rank_order": ("collective-order-mismatch", [0, 1], "dist.all_reduce(grads[name]"),
