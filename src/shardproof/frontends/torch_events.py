@@ -81,7 +81,7 @@ def buffer_of(t) -> Buffer | None:
     except Exception:  # noqa: BLE001  (no storage: subclasses, fake or meta tensors)
         return None
     item = t.element_size()
-    if any(s < 0 for s in stride):
+    if storage == 0 or any(s < 0 for s in stride):  # no data (meta), or a layout not modelled
         return None
     last = offset + sum((n - 1) * s for n, s in zip(size, stride))
     start, stop = offset * item, (last + 1) * item
