@@ -60,32 +60,27 @@ def collective_order(rank, world, bug=True):
     return {"x": x, "out": out}
 
 
-def recv_first(rank, world, bug=True):
+def _exchange(rank, bug, first):
+    """Rank 0 sends then receives, rank 1 receives then sends; the bug has both ranks do
+    `first` first. Blocking sends rendezvous with their receive (gloo and NCCL alike)."""
     x = torch.full((4,), float(rank + 1))
     got = torch.empty(4)
     peer = 1 - rank
-    if bug or rank == 1:
-        dist.recv(got, peer)
-        dist.send(x, peer)
-    else:
-        dist.send(x, peer)
-        dist.recv(got, peer)
+    sends_first = first == "send" if bug else rank == 0
+    for op in ("send", "recv") if sends_first else ("recv", "send"):
+        if op == "send":
+            dist.send(x, peer)
+        else:
+            dist.recv(got, peer)
     return {"got": got}
+
+
+def recv_first(rank, world, bug=True):
+    return _exchange(rank, bug, "recv")
 
 
 def send_first(rank, world, bug=True):
-    """Blocking sends rendezvous with their receive (gloo and NCCL alike): both sides
-    sending first hang."""
-    x = torch.full((4,), float(rank + 1))
-    got = torch.empty(4)
-    peer = 1 - rank
-    if bug or rank == 0:
-        dist.send(x, peer)
-        dist.recv(got, peer)
-    else:
-        dist.recv(got, peer)
-        dist.send(x, peer)
-    return {"got": got}
+    return _exchange(rank, bug, "send")
 
 
 # ---------------------------------------------------------------- realistic
