@@ -368,3 +368,40 @@ def sharded_differences(path: str, world_size: int, dim: int, env: dict | None =
     whole = run.single["out"]
     return [float((r["out"] - whole.chunk(world_size, dim)[i]).abs().max()) if isinstance(r, dict) else float("inf")
             for i, r in enumerate(run.ranks)]
+
+
+def _timed_rank(rank: int, world: int, port: int, program, kwargs: dict, queue) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        result = _by_value({k: v.detach() for k, v in program(rank, world, **kwargs).items()})
+    except Exception as exc:  # noqa: BLE001
+        result = f"{type(exc).__name__}: {exc}"
+    queue.put((rank, result))
+    dist.destroy_process_group()
+
+
+def run_with_timeout(program, world: int, timeout: float = 5.0, **kwargs):
+    """``program(rank, world, **kwargs)`` (returns name -> tensor) on every rank of one gloo
+    group of forked processes; each rank's outputs (numpy), or None when a rank has not
+    finished after `timeout` seconds (a hang: the ranks are killed)."""
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_timed_rank, args=(r, world, port, program, kwargs, queue), daemon=True)
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    results = {}
+    try:
+        for _ in range(world):
+            rank, result = queue.get(timeout=timeout)
+            results[rank] = result
+    except queues.Empty:
+        return None
+    finally:
+        for p in procs:
+            p.join(timeout=0.5)
+            if p.is_alive():
+                p.kill()
+    return [results[r] for r in range(world)]

@@ -20,7 +20,7 @@ import torch.distributed as dist  # noqa: E402
 from gloo import run_fn_on_gloo, training_gradients  # noqa: E402
 from shardproof import Case  # noqa: E402
 from shardproof.api import prepare, verify_prepared  # noqa: E402
-from shardproof.ir.events import ISSUE, WAIT, EventLog  # noqa: E402
+from shardproof.ir.events import ISSUE, WAIT  # noqa: E402
 
 TRAIN = os.path.join(ZOO, "train")
 PIPELINE_BUGS = ("pipeline_microbatch_order_swapped", "pipeline_peer_off_by_one", "verdict06_pipeline_rank_mapping",
@@ -60,19 +60,19 @@ def test_program_order_events_issue_then_wait(pp2):
     """Each rank's events: every async issue names its graph node, buffer, peer, stage and
     microbatch, and is waited on exactly once, after it is issued."""
     prepared, _ = pp2
-    log = EventLog([g.events for g in prepared.dist.graphs])
-    for rank, events in enumerate(log.ranks):
-        graph = prepared.dist.graphs[rank]
-        issues = log.p2p(rank)
+    for rank, graph in enumerate(prepared.dist.graphs):
+        events = graph.events.events
+        issues = graph.events.p2p()
         assert len(issues) == 8  # 4 activations one way, 4 gradients the other
         assert {e.op for e in issues} == {"isend", "irecv"} and {e.peer for e in issues} == {1 - rank}
         assert all(graph.node(e.node).op == f"shardproof_p2p.{e.op[1:]}" for e in issues)
-        assert all(e.stage == rank and e.microbatch in range(4) and e.buffer and e.source for e in issues)
+        assert all(e.stage == rank and e.microbatch in range(4) and (e.reads or e.writes) and e.line
+                   for e in issues)
         for e in issues:
             at = events.index(e)
             waits = [i for i, w in enumerate(events) if w.kind == WAIT and w.handle == e.handle]
             assert len(waits) == 1 and waits[0] > at
-    first = [e.op for e in log.p2p(1)][:2]
+    first = [e.op for e in prepared.dist.graphs[1].events.p2p()][:2]
     assert first == ["irecv", "isend"]  # the last stage receives microbatch 0, then sends its gradient back
 
 
@@ -81,11 +81,11 @@ def test_collectives_are_events_too(pp2):
     (op, group as global ranks, their graph node), among the P2P ones in issue order."""
     prepared, _ = pp2
     graph = prepared.dist.graphs[1]
-    collectives = [e for e in graph.events if e.kind == ISSUE and e.peer is None]
+    collectives = [e for e in graph.events.events if e.kind == ISSUE and e.peer is None]
     assert [e.op for e in collectives].count("broadcast") == 9  # 8 gradients and the loss, over the pp group
     assert all(graph.node(e.node).op.endswith(e.op) for e in collectives)
-    assert {e.group for e in collectives if e.op == "broadcast"} == {(0, 1)}
-    ops = [e.op for e in graph.events if e.kind == ISSUE]
+    assert {e.ranks for e in collectives if e.op == "broadcast"} == {(0, 1)}
+    ops = [e.op for e in graph.events.events if e.kind == ISSUE]
     assert ops.index("irecv") < ops.index("broadcast")  # program order: the schedule, then the publication
 
 

@@ -108,7 +108,7 @@ def _capture_forward(case: Case, world: int, say, total: int, tc, workers=None):
 
         def capture_rank(rank):
             data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
-            graph, program = tc.capture_rank(case.distributed, rank, world, data)
+            graph, program = tc.capture_rank(case.distributed, rank, world, data, events=TEMPORAL)
             return graph, _numpy(tc.program_inputs(program, data))
         graphs, rank_values = capture_ranks(capture_rank, world, workers,
                                              lambda r: say(f"capturing rank {r} of {world}", 1 + r, total))
@@ -143,7 +143,7 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
 
         def capture_rank(rank):
             data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
-            graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data, case.train)
+            graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data, case.train, events=TEMPORAL)
             return graph, _numpy(inputs)
         graphs, rank_values = capture_ranks(capture_rank, world, workers,
                                              lambda r: say(f"capturing rank {r} of {world} (training step)", 1 + r, total))
@@ -439,6 +439,9 @@ CONFIRM_DRAWS = 2
 """Fresh random value sets a proof is confirmed on by execution, besides the case's own."""
 NO_CONFIRM = -1
 """``confirm_draws=NO_CONFIRM``: do not run the programs (the best verdict is then unknown)."""
+TEMPORAL = True
+"""Whether live cases get the temporal checks (engine/temporal.py: async use before wait,
+buffers reused in flight, collective order, deadlock); the CLI's ``--no-temporal`` turns it off."""
 FIX_SEARCH = True
 """Whether a violation's report searches for a proved fix when the caller does not say
 (``fixes=None``); the CLI's ``--no-fix`` and ``fixes=False`` turn it off for one run."""
@@ -464,6 +467,9 @@ def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
         suggest_fix(p, report.findings[0], report.stats.get("seconds"))
     if report.status == "verified":
         confirm(p, report, CONFIRM_DRAWS if confirm_draws is None else confirm_draws)
+    if TEMPORAL and p.dist.graphs and all(getattr(g, "events", None) is not None for g in p.dist.graphs):
+        from .engine.temporal import apply_to_report
+        apply_to_report(report, [g.events for g in p.dist.graphs])
     return report
 
 

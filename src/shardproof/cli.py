@@ -121,6 +121,10 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--no-fix", action="store_true",
                    help="do not search for a proved fix of a violation (the search re-verifies repaired programs "
                         "for up to 30 s)")
+    v.add_argument("--no-temporal", action="store_true",
+                   help="skip the temporal checks of a live case (an async result read before wait(), a buffer "
+                        "reused while an op is in flight, collectives in different orders, deadlock); they run "
+                        "each rank's program once more, eagerly")
     z = sub.add_parser("zoo", help="run the bundled catalogue of correct models and injected bugs",
                        description="Verify every case of the zoo (src/shardproof/zoo: correct models, injected bugs, "
                                    "gaps) and compare each verdict and first finding with what the case's meta "
@@ -250,6 +254,15 @@ def _plan(args) -> list[tuple]:
 
 
 def _run(args, path, n, module, progress):
+    from . import api
+    saved, api.TEMPORAL = api.TEMPORAL, not args.no_temporal  # for this run only
+    try:
+        return _run_case(args, path, n, module, progress)
+    finally:
+        api.TEMPORAL = saved
+
+
+def _run_case(args, path, n, module, progress):
     from .api import verify_case, verify_dumps
     views = bool(args.html)
     if path is None:

@@ -96,6 +96,7 @@ class Report:
     graphs: list[GraphView] = field(default_factory=list)  # per-node relations, when asked for (not in JSON)
     confirmation: Confirmation | None = None  # the proof run for real (a verified needs "confirmed")
     pairing: list[dict] = field(default_factory=list)  # dumps, --auto-relations: outputs paired / left out
+    temporal: dict | None = None  # live cases: the temporal checks (engine/temporal.py), None when not run
 
     def __repr__(self) -> str:  # short, so that a failed `assert report.status == ...` stays readable
         first = self.findings[0] if self.findings else None

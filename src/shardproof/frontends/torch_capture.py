@@ -24,7 +24,7 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_f
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..ir.graph import Graph, Node, Source, TensorType
-from .torch_collectives import COLLECTIVE_PREFIXES, DEFECTS_META, functional_collectives
+from .torch_collectives import ASYNC_ISSUED, COLLECTIVE_PREFIXES, DEFECTS_META, functional_collectives
 from .torch_p2p import attach_events, recording as p2p_recording
 from .torch_libraries import library_tracing
 from .torch_decomp import capture_decompositions
@@ -469,11 +469,18 @@ def capture_single(program: Any, data: dict[str, torch.Tensor]) -> Graph:
 
 
 def capture_rank(make_program: Callable[[int, int], Any], rank: int, world_size: int,
-                 data: dict[str, torch.Tensor]) -> tuple[Graph, Any]:
-    """Trace rank `rank`'s program; returns the graph and the program (for its weights)."""
+                 data: dict[str, torch.Tensor], events: bool = False) -> tuple[Graph, Any]:
+    """Trace rank `rank`'s program; returns the graph and the program (for its weights).
+    With `events`, ``graph.events`` holds the rank's program-order events (torch_events)."""
     with fake_world(rank, world_size):
         try:
             program = make_program(rank, world_size)
         except Exception as exc:
             raise CaptureError(f"building the program for rank {rank} failed: {type(exc).__name__}: {exc}") from exc
-        return trace(program, data, label=f"rank {rank}"), program
+        issued = ASYNC_ISSUED[0]
+        graph = trace(program, data, label=f"rank {rank}")
+        if events:  # an eager run where the rank issues async collectives; else the graph's order
+            from .torch_events import program_events, rank_events  # (it imports this module)
+            graph.events = rank_events(graph, rank, (lambda: program_events(program, data, rank))
+                                       if ASYNC_ISSUED[0] > issued else None)
+        return graph, program

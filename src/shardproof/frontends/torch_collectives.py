@@ -113,6 +113,11 @@ def _defects_on_nodes(defects: list):
         yield
 
 
+ASYNC_ISSUED = [0]
+"""How many ``async_op=True`` collectives and P2P ops were traced (so far, in this process): a
+rank that issued one gets its events recorded by an eager run (frontends/torch_events.py)."""
+
+
 def _functional(result_of: Callable, name: str = "") -> Callable:
     """The collective traced; its issue (and, async, the handle whose ``wait()`` is recorded)
     is an event of the rank's program order (torch_p2p.record_collective)."""
@@ -120,6 +125,7 @@ def _functional(result_of: Callable, name: str = "") -> Callable:
     fc = torch.ops._c10d_functional
 
     def wrap(*args, async_op: bool = False, **kwargs):
+        ASYNC_ISSUED[0] += bool(async_op)
         work = record_collective(name, args[0] if args else None, kwargs.get("group"), async_op)
         result_of(fc, *args, **kwargs)
         return work

@@ -13,6 +13,7 @@ rank's program order (``Graph.events``), with the handle, the buffer, the peer a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 
 import torch
@@ -20,7 +21,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch import Tensor
 
-from ..ir.events import ISSUE, WAIT, Event
+from ..ir.events import ISSUE, RECV_OPS, SEND_OPS, WAIT, Buffer, Event, RankEvents
 from ..ir.graph import Graph, Source
 
 P2P_PREFIX = "shardproof_p2p."
@@ -54,14 +55,15 @@ def _(buf, peer, tag):
 class _Recorder:
     def __init__(self):
         self.events: list[Event] = []
-        self.handles = itertools.count()
-        self.buffers: dict[int, tuple[str, object]] = {}  # id(tensor) -> (name, tensor kept alive)
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.handles = itertools.count(1)
+        self.tensors: dict[int, Tensor] = {}  # id(tensor) -> the tensor, kept alive (its id names its buffer)
         self.where: tuple = (None, None)  # (stage, microbatch) being run, as the schedule says
 
-    def buffer(self, t) -> str:
-        if id(t) not in self.buffers:
-            self.buffers[id(t)] = (f"buf{len(self.buffers)}", t)
-        return self.buffers[id(t)][0]
+    def buffer(self, t: Tensor) -> Buffer:
+        """A traced tensor has no data: its buffer is the tensor object itself."""
+        self.tensors.setdefault(id(t), t)
+        return Buffer(id(t), 0, t.numel() * t.element_size(), t.element_size())
 
 
 _recorder: _Recorder | None = None
@@ -95,21 +97,27 @@ def pipeline_position(stage: int | None, microbatch: int | None):
             rec.where = saved
 
 
-def _source() -> Source | None:
+def _line() -> str | None:
     from .torch_capture import innermost_user_frame
     frame = innermost_user_frame()
-    return None if frame is None else Source(frame.filename, frame.lineno, frame.name)
+    return None if frame is None else str(Source(frame.filename, frame.lineno, frame.name))
 
 
-def _record(kind: str, op: str = "", t=None, peer=None, tag=0, handle=None) -> None:
+def _record(kind: str, op: str = "", t=None, peer=None, tag=0, handle=None, group=None) -> None:
     rec = _recorder
     if rec is None:
         return
     stage, mb = rec.where
-    rec.events.append(Event(kind, op, handle=handle, buffer=None if t is None else rec.buffer(t), peer=peer,
-                            tag=tag, shape=None if t is None else tuple(t.shape),
-                            dtype=None if t is None else str(t.dtype).replace("torch.", ""),
-                            stage=stage, microbatch=mb, source=_source()))
+    bufs = () if t is None else (rec.buffer(t),)
+    g = group or dist.group.WORLD
+    reads_it = kind == ISSUE and op not in RECV_OPS
+    writes_it = kind == ISSUE and op not in SEND_OPS
+    rec.events.append(Event(rank=rec.rank, index=len(rec.events), kind=kind, op=op or kind,
+                            group=g.group_name if kind == ISSUE else None,
+                            ranks=tuple(dist.get_process_group_ranks(g)) if kind == ISSUE else (),
+                            peer=peer, tag=tag, handle=handle, async_op=kind == ISSUE and handle is not None,
+                            reads=bufs if reads_it else (), writes=bufs if writes_it else (),
+                            line=_line(), stage=stage, microbatch=mb))
 
 
 class P2PWork:
@@ -130,11 +138,7 @@ def record_collective(op: str, tensor, group, async_op: bool):
     """Record a collective's issue on the rank's program order (its group as global ranks);
     returns its work handle when async (None otherwise)."""
     handle = next(_recorder.handles) if (async_op and _recorder) else None
-    if _recorder is not None:
-        ranks = tuple(dist.get_process_group_ranks(group or dist.group.WORLD))
-        t = tensor if isinstance(tensor, Tensor) else None
-        _record(ISSUE, op, t, handle=handle)
-        _recorder.events[-1] = Event(**{**_recorder.events[-1].__dict__, "group": ranks})
+    _record(ISSUE, op, tensor if isinstance(tensor, Tensor) else None, handle=handle, group=group)
     return P2PWork(handle) if async_op else None
 
 
@@ -142,9 +146,9 @@ def _peer(group, peer, group_peer) -> int:
     return c10d._canonicalize_group_rank(c10d._group_or_default_group(group), peer, group_peer, return_global=True)
 
 
-def _issue(op: str, tensor: Tensor, peer: int, tag: int, async_op: bool):
+def _issue(op: str, tensor: Tensor, peer: int, tag: int, async_op: bool, group=None):
     handle = next(_recorder.handles) if (async_op and _recorder) else None
-    _record(ISSUE, op, tensor, peer, tag, handle)
+    _record(ISSUE, op, tensor, peer, tag, handle, group)
     # on the wire a tensor is its elements in order (c10d checks count and dtype, not shape):
     # a recv into a buffer of another shape with as many elements reads them in that shape
     if op.endswith("send"):
@@ -155,27 +159,28 @@ def _issue(op: str, tensor: Tensor, peer: int, tag: int, async_op: bool):
 
 
 def _send(tensor, dst=None, group=None, tag=0, group_dst=None):
-    _issue("send", tensor, _peer(group, dst, group_dst), tag, False)
+    _issue("send", tensor, _peer(group, dst, group_dst), tag, False, group)
 
 
 def _recv(tensor, src=None, group=None, tag=0, group_src=None):
     peer = _peer(group, src, group_src)
-    _issue("recv", tensor, peer, tag, False)
+    _issue("recv", tensor, peer, tag, False, group)
     return peer
 
 
 def _isend(tensor, dst=None, group=None, tag=0, group_dst=None):
-    return _issue("isend", tensor, _peer(group, dst, group_dst), tag, True)
+    return _issue("isend", tensor, _peer(group, dst, group_dst), tag, True, group)
 
 
 def _irecv(tensor, src=None, group=None, tag=0, group_src=None):
-    return _issue("irecv", tensor, _peer(group, src, group_src), tag, True)
+    return _issue("irecv", tensor, _peer(group, src, group_src), tag, True, group)
 
 
 def _batch_isend_irecv(p2p_op_list):
     """Each op in list order, one handle each (c10d coalesces them; the order of issue
     within a batch does not matter to the pairing, which is per channel)."""
-    return [_issue("isend" if op.op in (_isend, _ORIGINAL.get("isend")) else "irecv", op.tensor, op.peer, op.tag, True)
+    return [_issue("isend" if op.op in (_isend, _ORIGINAL.get("isend")) else "irecv", op.tensor, op.peer, op.tag, True,
+                   op.group)
             for op in p2p_op_list]
 
 
@@ -199,8 +204,9 @@ def functional_p2p():
 
 def attach_events(graph: Graph, events: list[Event], fx_graph=None) -> Graph:
     """Name each issue event's graph node (the k-th P2P node is the k-th issue: both are
-    in program order) and keep the events on the graph; with the fx graph, the (stage,
-    microbatch) of every node the schedule marked."""
+    in program order) and keep the events on the graph (``graph.events``, the rank's
+    :class:`RankEvents`); with the fx graph, the (stage, microbatch) of every node the
+    schedule marked."""
     from ..ops.registry import lookup
     p2p_nodes = iter([n for n in graph.nodes if n.op.startswith(P2P_PREFIX)])
     collective_nodes = [n for n in graph.nodes if getattr(lookup(n.op), "collective", False)]
@@ -211,9 +217,10 @@ def attach_events(graph: Graph, events: list[Event], fx_graph=None) -> Graph:
     for e in events:
         if e.kind == ISSUE:
             node = next(p2p_nodes if e.peer is not None else collective_nodes, None)
-            e = Event(**{**e.__dict__, "node": node.name if node is not None else None})
+            e = dataclasses.replace(e, node=node.name if node is not None else None)
         named.append(e)
-    graph.events = named
+    rank = events[0].rank if events else (dist.get_rank() if dist.is_initialized() else 0)
+    graph.events = RankEvents(rank, named)
     if fx_graph is not None:
         graph.positions = {n.name: n.meta["custom"][PIPELINE_META] for n in fx_graph.nodes
                            if PIPELINE_META in n.meta.get("custom", {})}

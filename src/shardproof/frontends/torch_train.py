@@ -24,6 +24,7 @@ import torch.fx.traceback as fx_traceback
 from ..case import SGD, AdamW, Train
 from ..ir.graph import Graph
 from .torch_placements import placement_specs, stated_relations
+from .torch_collectives import ASYNC_ISSUED
 from .torch_capture import (CaptureError, as_dtensor, dtensor_specs, fake_world, from_fx, functional_collectives,
                             innermost_user_frame, local_tensor, storage_layouts, trace_failure, user_stack_traces)
 from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
@@ -247,7 +248,9 @@ def capture_single_step(model: Any, data: dict, train: Train) -> tuple[Graph, di
 
 
 def capture_rank_step(make_program: Callable[[int, int], Any], rank: int, world_size: int, data: dict,
-                      train: Train) -> tuple[Graph, dict]:
+                      train: Train, events: bool = False) -> tuple[Graph, dict]:
+    """Trace rank `rank`'s ``train_step``; with `events`, ``graph.events`` holds its
+    program-order events (torch_events.step_events)."""
     with fake_world(rank, world_size):
         try:
             program = make_program(rank, world_size)
@@ -256,4 +259,10 @@ def capture_rank_step(make_program: Callable[[int, int], Any], rank: int, world_
         if not callable(getattr(program, "train_step", None)):
             raise CaptureError(f"the distributed program of rank {rank} ({type(program).__name__}) has no "
                                f"train_step(inputs, state, train) method; a training case needs one")
-        return trace_step(program, data, train, lambda m, *a: m.train_step(*a), f"rank {rank}")
+        issued = ASYNC_ISSUED[0]
+        graph, inputs = trace_step(program, data, train, lambda m, *a: m.train_step(*a), f"rank {rank}")
+        if events:  # an eager run where the rank issues async collectives; else the graph's order
+            from .torch_events import rank_events, step_events  # (it imports torch_capture)
+            graph.events = rank_events(graph, rank, (lambda: step_events(program, data, train, rank))
+                                       if ASYNC_ISSUED[0] > issued else None)
+        return graph, inputs

@@ -1,76 +1,129 @@
-"""Program-order events beside the graph: what each rank issued, in the order it issued it.
+"""Program-order events beside the graph: what each rank issued to ``torch.distributed``,
+in the order it issued it, and which storage its ordinary ops read and wrote meanwhile.
 
 A functional capture makes every communication synchronous, so the graph alone cannot say
-*when* things happen. Frontends that capture point-to-point or async communication also
-record, per rank, an ordered list of `Event`s: the issue of a communication op (with its
-handle id when it is async, the buffer it reads or writes, its peer or group) and each
-``wait(handle)``. Temporal checks (happens-before, races, deadlocks) read only this list and
-the graph; the graph's nodes are referred to by name (``node``), never by object.
+*when* things happen. Each rank's events (:class:`RankEvents`, ``Graph.events``) are its
+collectives' and point-to-point ops' issues (with the handle when async, the buffers read
+and written, the peer or group, the graph node holding the op's value, the pipeline stage
+and microbatch), each ``wait(handle)``, and -- from an eager run -- the accesses of ordinary
+ops to buffers an async op has in flight. Temporal checks (engine/temporal.py:
+happens-before, races, deadlocks) read only these; graph nodes are referred to by name.
+
+Producers: frontends/torch_p2p.py (while tracing: issues and waits, graph nodes, stage and
+microbatch), frontends/torch_events.py (an eager run: storage byte ranges and accesses; a
+captured graph's collectives).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .graph import Source
+ISSUE = "issue"    # a collective or P2P op was issued; a synchronous one completes before the next event
+WAIT = "wait"      # Work.wait() on `handle`: the op with that handle has completed
+ACCESS = "access"  # an ordinary op read/wrote buffers of an op in flight
+SEND_OPS = frozenset({"send", "isend"})
+RECV_OPS = frozenset({"recv", "irecv"})
 
-ISSUE = "issue"   # a communication op was issued (sync or async)
-WAIT = "wait"     # wait(handle): the op with that handle has completed
-COMPUTE = "compute"  # optional: a graph node read/wrote a buffer (for buffer-use checks)
+
+@dataclass(frozen=True)
+class Buffer:
+    """Bytes of one storage an op touches: [start, stop) in bytes, and where the tensor is
+    not contiguous the exact byte offsets of its elements' first bytes (``elements``).
+    ``storage`` identifies the storage within a rank (its data pointer in an eager run; the
+    tensor's identity while tracing, where tensors have no data)."""
+    storage: int
+    start: int
+    stop: int
+    itemsize: int = 1
+    elements: frozenset | None = None
+
+    def overlaps(self, other: "Buffer") -> bool:
+        if self.storage != other.storage or self.stop <= other.start or other.stop <= self.start:
+            return False
+        if self.elements is None and other.elements is None:
+            return True
+        mine = self._bytes(other)
+        theirs = other._bytes(self)
+        return bool(mine & theirs)
+
+    def _bytes(self, window: "Buffer") -> set:
+        """The bytes of this buffer inside `window`'s byte range."""
+        lo, hi = max(self.start, window.start), min(self.stop, window.stop)
+        if self.elements is None:
+            return set(range(lo, hi))
+        return {e + i for e in self.elements for i in range(self.itemsize) if lo <= e + i < hi}
 
 
 @dataclass(frozen=True)
 class Event:
     """One step of a rank's program order.
 
-    kind: ISSUE, WAIT or COMPUTE.
-    op: the op issued (``send``, ``recv``, ``isend``, ``irecv``, ``all_reduce``...), or "" for WAIT.
-    handle: id of the async work this event issues or waits on (None for a blocking op;
-        a blocking op is an issue immediately followed by its completion).
-    buffer: identity of the tensor storage read (send) or written (recv), stable within a
-        rank (e.g. ``"buf3"``); None where no buffer is involved.
-    peer: the other rank (global rank) of a point-to-point op; None for collectives.
-    group: the ranks of the process group of a collective (or of the P2P op's group).
-    tag: the P2P tag.
-    node: name of the graph node holding this op's value (a recv's received tensor, a
-        send's sent tensor), if any.
-    reads / writes: buffers a COMPUTE event reads / writes.
-    stage / microbatch: the pipeline stage and microbatch this event belongs to, if known.
-    source: the user's line that issued it.
+    rank / index: the rank and the event's position in its order.
+    kind: ISSUE, WAIT or ACCESS.
+    op: the c10d op issued (``all_reduce``, ``send``, ``irecv``...), ``wait``, or the aten op of an access.
+    group / ranks: the process group's name and its global ranks (a P2P op's too).
+    peer / tag: a P2P op's other side (global rank) and tag; peer None for collectives.
+    handle: the Work an async issue returned, or the one a WAIT waits on (None: blocking).
+    reads / writes: the Buffers the op reads / writes.
+    signature: what must agree across the ranks of one collective (op, reduce op, dtype, size).
+    line: the innermost user source line, "file:line in function".
+    node: the graph node holding the op's value (a recv's received tensor, a send's sent one).
+    stage / microbatch: the pipeline stage and microbatch it ran in, if a schedule said so.
     """
 
-    kind: str
+    rank: int = 0
+    index: int = 0
+    kind: str = ISSUE
     op: str = ""
-    handle: int | None = None
-    buffer: str | None = None
+    group: str | None = None
+    ranks: tuple = ()
     peer: int | None = None
-    group: tuple[int, ...] | None = None
     tag: int = 0
-    shape: tuple[int, ...] | None = None
-    dtype: str | None = None
+    handle: int | None = None
+    async_op: bool = False
+    reads: tuple = ()
+    writes: tuple = ()
+    signature: tuple = ()
+    line: str | None = None
     node: str | None = None
-    reads: tuple[str, ...] = ()
-    writes: tuple[str, ...] = ()
     stage: int | None = None
     microbatch: int | None = None
-    source: Source | None = None
 
     @property
-    def is_async(self) -> bool:
-        return self.kind == ISSUE and self.handle is not None
+    def buffers(self) -> tuple:
+        """Every Buffer the event touches (reads, then writes)."""
+        return self.reads + self.writes
+
+    def describe(self) -> str:
+        where = f" at {self.line}" if self.line else ""
+        peer = f" peer {self.peer}" if self.peer is not None else ""
+        group = f" on group {self.group}" if self.group and self.peer is None else ""
+        mode = " (async)" if self.async_op else ""
+        return f"{self.op}{mode}{peer}{group}{where}"
 
 
 @dataclass
-class EventLog:
-    """Per rank, the ordered events it issued: ``ranks[r]`` is rank r's program order."""
+class RankEvents:
+    """One rank's events in program order; `notes` say what the capture could not see."""
+    rank: int
+    events: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    complete: bool = True  # False: the program could not be run to record them (see notes)
+    ordered: bool = True  # False: the collectives' order is not known completely (see notes)
+    from_graph: bool = False  # read off a captured graph, which names groups by their ranks only
 
-    ranks: list[list[Event]] = field(default_factory=list)
+    def p2p(self) -> list[Event]:
+        """The point-to-point issues (those with a peer), in order."""
+        return [e for e in self.events if e.kind == ISSUE and e.peer is not None]
 
-    def of(self, rank: int) -> list[Event]:
-        return self.ranks[rank]
 
-    def issues(self, rank: int, op_prefix: str = "") -> list[Event]:
-        return [e for e in self.ranks[rank] if e.kind == ISSUE and e.op.startswith(op_prefix)]
+_SAME_OP = {"all_gather": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter_tensor",
+            "all_to_all": "all_to_all_single", "all_gather_single": "all_gather_into_tensor",
+            "reduce_scatter_single": "reduce_scatter_tensor"}
+_SIZED = {"all_reduce", "broadcast", "reduce", "all_gather_into_tensor", "reduce_scatter_tensor"}
 
-    def p2p(self, rank: int) -> list[Event]:
-        """Rank `rank`'s point-to-point issues (those with a peer), in order."""
-        return [e for e in self.ranks[rank] if e.kind == ISSUE and e.peer is not None]
+
+def signature(op: str, reduce: str | None, dtype: str | None, numel: int | None) -> tuple:
+    """What must agree across the ranks at one position of a group's collective order:
+    the same for the c10d API, the functional collectives and a captured graph's nodes."""
+    op = _SAME_OP.get(op, op)
+    return (op, reduce, dtype, numel if op in _SIZED else None)

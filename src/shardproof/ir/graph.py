@@ -106,9 +106,10 @@ class Graph:
     # placements); input name -> the one a DTensor parameter's placements state
     stated: dict = field(default_factory=dict)
     stated_inputs: dict = field(default_factory=dict)
-    # program order beside the dataflow (ir/events.py Event list: P2P issues and waits), and
-    # node name -> (pipeline stage, microbatch) where a pipeline schedule marked them
-    events: list = field(default_factory=list)
+    # a live rank's program order beside the dataflow (ir/events.py RankEvents: its collectives'
+    # and P2P ops' issues and waits, for the temporal checks), and node name -> (pipeline
+    # stage, microbatch) where a pipeline schedule marked them
+    events: Any = None
     positions: dict = field(default_factory=dict)
 
     @property
