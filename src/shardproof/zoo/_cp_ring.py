@@ -42,9 +42,11 @@ def chunk_ids(rank: int, world: int, balanced: bool) -> list[int]:
 
 
 class RingAttention(nn.Module):
-    def __init__(self, rank: int, world: int, causal: bool = False, balanced: bool = False, bug: str = ""):
+    def __init__(self, rank: int, world: int, causal: bool = False, balanced: bool = False, bug: str = "",
+                 lse_merge: bool = False):
         super().__init__()
         self.rank, self.world, self.causal, self.balanced, self.bug = rank, world, causal, balanced, bug
+        self.lse_merge = lse_merge  # merge (out, lse) pairs, as torch's context_parallel does, not (acc, m, l)
         self.chunk = SEQ // (2 * world if balanced else world)
 
     def local(self, x, rank):
@@ -57,8 +59,8 @@ class RingAttention(nn.Module):
     def exchange(self, k, v):
         """Send this rank's current K/V block to the next rank, receive the previous rank's."""
         nxt, prev = (self.rank + 1) % self.world, (self.rank - 1) % self.world
-        if self.bug == "ring_direction" and self.rank == 0:
-            prev = (self.rank + 1) % self.world  # BUG: rank 0 receives from its next rank, not its previous one
+        if self.bug == "ring_direction":
+            nxt, prev = prev, nxt  # BUG: the ring turns the other way, but forward() still counts owners downwards
         k2, v2 = torch.empty_like(k), torch.empty_like(v)
         ops = [dist.P2POp(dist.isend, k, nxt), dist.P2POp(dist.isend, v, nxt),
                dist.P2POp(dist.irecv, k2, prev), dist.P2POp(dist.irecv, v2, prev)]
@@ -77,6 +79,8 @@ class RingAttention(nn.Module):
         q_pos = self.positions(self.rank)
         if self.bug == "mask_offset" and self.rank == 1:
             q_pos = q_pos + 1  # BUG: this rank's causal mask is built one position late (each query sees the next key)
+        if self.lse_merge:
+            return self.gather(self.forward_lse(q, k, v, q_pos))
         # step 0: this rank's own block (never fully masked: the diagonal is kept)
         s = self.scores(q, k, q_pos, self.positions(self.rank))
         m = s.amax(dim=-1, keepdim=True)
@@ -99,6 +103,34 @@ class RingAttention(nn.Module):
             acc = acc * alpha + p @ v
             m = m_new
         return self.gather(acc / l)
+
+    def blocks(self, k, v):
+        """(owner, k, v) of each ring step that is attended (fully masked blocks skipped)."""
+        owner = self.rank
+        yield owner, k, v
+        for _ in range(1, self.world):
+            k, v = self.exchange(k, v)
+            owner = (owner - 1) % self.world
+            if not (self.causal and not self.balanced and owner > self.rank):
+                yield owner, k, v
+
+    def forward_lse(self, q, k, v, q_pos):
+        """Each step's normalized output and log-sum-exp, merged by logaddexp."""
+        out = lse = None
+        for owner, k, v in self.blocks(k, v):
+            s = self.scores(q, k, q_pos, self.positions(owner))
+            lse_j = torch.logsumexp(s, dim=-1, keepdim=True)
+            out_j = torch.exp(s - lse_j) @ v
+            if out is None:
+                out, lse = out_j, lse_j
+                continue
+            if self.bug == "lse_add":
+                new = lse + lse_j  # BUG: the log-sum-exps are added, not log-add-exp'ed
+            else:
+                new = torch.logaddexp(lse, lse_j)
+            out = out * torch.exp(lse - new) + out_j * torch.exp(lse_j - new)
+            lse = new
+        return out
 
     def gather(self, out):
         blocks = [torch.empty_like(out) for _ in range(self.world)]

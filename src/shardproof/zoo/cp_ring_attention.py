@@ -14,8 +14,8 @@ WORLD_SIZES = (2, 4)
 
 
 def case(world_size: int = 2, causal: bool = False, balanced: bool = False, bug: str = "", name: str = "",
-         meta: dict | None = None) -> Case:
+         meta: dict | None = None, lse_merge: bool = False) -> Case:
     return Case(single=Attention(causal),
-                distributed=lambda rank, world: RingAttention(rank, world, causal, balanced, bug),
+                distributed=lambda rank, world: RingAttention(rank, world, causal, balanced, bug, lse_merge),
                 inputs=qkv_inputs(), world_size=world_size, name=name or "cp_ring_attention",
                 meta=meta or {"source": "ring attention (Liu et al. 2023); torch context_parallel"})
