@@ -10,6 +10,7 @@ WORLD_SIZES = (4,)
 
 def case(world_size: int = 4):
     return ring_case(world_size, causal=True, bug="ring_direction", name="cp_ring_direction_wrong",
-                     meta={"source": "ring step direction wrong (recv from the wrong neighbour)",
-                           "bug": "p2p-mismatch", "bug_node": "recv", "bug_op": "shardproof_p2p.recv",
+                     meta={"pending": "the online-softmax merge lemma (until then the finding stops at the first block max)",
+                           "source": "ring step direction wrong (recv from the wrong neighbour)",
+                           "bug": "value-mismatch", "bug_node": "masked_fill", "bug_op": "aten.masked_fill",
                            "bug_ranks": [1, 2]})
