@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-BATCH, HEADS, SEQ, HEAD_DIM = 1, 4, 16, 4
+BATCH, HEADS, SEQ, HEAD_DIM = 1, 8, 16, 4
 
 
 def qkv_inputs(seed: int = 0) -> dict:

@@ -1,5 +1,5 @@
 """Context parallelism: DeepSpeed-Ulysses. Q, K, V arrive sharded by sequence; an all_to_all
-trades the sequence shard for a head shard (each rank then holds cp sequence chunks of its
+(one per head group / sequence chunk, ``dist.all_to_all`` over lists) trades the sequence shard for a head shard (each rank then holds cp sequence chunks of its
 heads), full-sequence causal attention runs on those heads, and a second all_to_all trades
 back; the output blocks are all_gathered into the whole sequence.
 
@@ -16,22 +16,38 @@ WORLD_SIZES = (2, 4)
 
 
 class Ulysses(nn.Module):
-    def __init__(self, rank: int, world: int, bug: str = ""):
+    def __init__(self, rank: int, world: int, one_buffer: bool = False):
         super().__init__()
-        self.rank, self.world, self.bug = rank, world, bug
+        self.rank, self.world = rank, world
+        if one_buffer:  # DeepSpeed's form: all_to_all_single over a heads-first buffer
+            self.seq_to_heads, self.heads_to_seq = self.seq_to_heads_one_buffer, self.heads_to_seq_one_buffer
         self.attention = Attention(causal=True)
         self.s, self.h = SEQ // world, HEADS // world
 
     def seq_to_heads(self, x):
         """(B, H, s, D) sequence shard -> (B, H/cp, S, D) head shard."""
+        send = [c.contiguous() for c in x.chunk(self.world, dim=1)]  # head group j, for rank j
+        recv = [torch.empty_like(c) for c in send]
+        dist.all_to_all(recv, send)  # recv[j]: rank j's sequence chunk of this rank's heads
+        return torch.cat(recv, dim=2)
+
+    def heads_to_seq(self, y):
+        """(B, H/cp, S, D) head shard -> (B, H, s, D) sequence shard."""
+        send = [c.contiguous() for c in y.chunk(self.world, dim=2)]  # chunk j: sequence chunk j, for rank j
+        recv = [torch.empty_like(c) for c in send]
+        dist.all_to_all(recv, send)  # recv[j]: rank j's heads of this rank's sequence chunk
+        return torch.cat(recv, dim=1)
+
+    def seq_to_heads_one_buffer(self, x):
+        """seq_to_heads with all_to_all_single (one buffer, split along dim 0)."""
         send = x.permute(1, 0, 2, 3).contiguous()  # heads first: all_to_all_single splits dim 0
         recv = torch.empty_like(send)
         dist.all_to_all_single(recv, send)  # block j: rank j's sequence chunk of this rank's heads
         w = self.world
         return recv.view(w, self.h, BATCH, self.s, HEAD_DIM).permute(2, 1, 0, 3, 4).reshape(BATCH, self.h, SEQ, HEAD_DIM)
 
-    def heads_to_seq(self, y):
-        """(B, H/cp, S, D) head shard -> (B, H, s, D) sequence shard."""
+    def heads_to_seq_one_buffer(self, y):
+        """heads_to_seq with all_to_all_single."""
         w = self.world
         send = y.view(BATCH, self.h, w, self.s, HEAD_DIM).permute(2, 1, 0, 3, 4).contiguous()
         recv = torch.empty_like(send)
@@ -46,9 +62,7 @@ class Ulysses(nn.Module):
         return torch.cat(blocks, dim=2)
 
 
-def case(world_size: int = 2) -> Case:
-    return Case(single=Attention(causal=True), distributed=lambda rank, world: Ulysses(rank, world),
-                inputs=qkv_inputs(), world_size=world_size, name="cp_ulysses",
-                meta={"source": "DeepSpeed-Ulysses (Jacobs et al. 2023)",
-                      "known_gap": "the all_to_all back to sequence shards (relations stop at the aten.view "
-                                   "before it at cp 2, at the head shard's aten.bmm at cp 4)"})
+def case(world_size: int = 2, one_buffer: bool = False, name: str = "cp_ulysses", meta: dict | None = None) -> Case:
+    return Case(single=Attention(causal=True), distributed=lambda rank, world: Ulysses(rank, world, one_buffer),
+                inputs=qkv_inputs(), world_size=world_size, name=name,
+                meta=meta or {"source": "DeepSpeed-Ulysses (Jacobs et al. 2023)"})
