@@ -31,12 +31,15 @@ browser:
 	  echo "chromium could not be installed: the headless browser test will skip"
 
 # everything but the sweeps (each repeats a fast representative test over every zoo case); < 20 min on 2 cores
+# (one pytest worker per core, at most 4: PYTEST_WORKERS=0 runs in one process)
+PYTEST_WORKERS ?= auto
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --maxprocesses=4)
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q --durations=15 -m 'not sweep'
+	$(BIN)/python -m pytest -q $(XDIST) --durations=15 -m 'not sweep'
 
 # everything, the sweeps too (about 40 min on 2 cores)
 test-all: $(STAMP) browser
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q $(XDIST) --durations=15
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'not slow'

@@ -9,6 +9,10 @@ for d in (ZOO, os.path.join(ZOO, "bugs"), os.path.join(ZOO, "train"), os.path.jo
 
 import pytest  # noqa: E402
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one pytest worker per core (make test): one torch thread each
+    import torch
+    torch.set_num_threads(1)
+
 
 @pytest.fixture(autouse=True)
 def _no_fix_search(request, monkeypatch):
