@@ -69,15 +69,9 @@ def program_order(graph: Graph) -> list[Node]:
 
     def emit(needed: set) -> None:
         """Run the held nodes `needed` reads, their held inputs, and the receives before them on their channels."""
-        closure, stack = set(), list(needed)
-        while stack:
-            x = stack.pop()
-            if x in closure:
-                continue
-            closure.add(x)
-            stack.extend(i for i in x.inputs if i in holding)
-            if _is_p2p(x):
-                stack.extend(h for h in held[:held.index(x)] if _is_p2p(h) and h.args[1:3] == x.args[1:3])
+        from .localize import _reach  # (it imports this module)
+        closure = _reach(needed, lambda x: [i for i in x.inputs if i in holding] + (
+            [h for h in held[:held.index(x)] if _is_p2p(h) and h.args[1:3] == x.args[1:3]] if _is_p2p(x) else []))
         order.extend(h for h in held if h in closure)
         held[:] = [h for h in held if h not in closure]
         holding.difference_update(closure)
