@@ -43,6 +43,10 @@ def test_pipeline_mlp_pp2_verified(pp2):
     assert checked["loss"] == "Replicate()"
     grads = [n for n in checked if n.startswith("grad:")]
     assert len(grads) == 8 and all(checked[g] == "Replicate()" for g in grads), checked
+    # the temporal checks saw the schedule's P2P issues and waits (1F1B warm-up, steady
+    # state, cool-down) and the publication's collectives: no finding
+    assert report.temporal["checked"] and report.temporal["findings"] == 0, report.temporal
+    assert report.temporal["events"] >= 2 * (8 + 8 + 9), report.temporal
 
 
 def test_p2p_ops_are_graph_nodes_paired_by_channel(pp2):

@@ -317,7 +317,9 @@ def test_overlapped_ddp_training_step():
 class Swap(nn.Module):
     """Each rank computes its half of ``x @ w`` and swaps it with the other rank by blocking
     send/recv; both return the whole product. `order`: "ok" (rank 0 sends first, rank 1
-    receives first), "recv" (both receive first), "send" (both send first)."""
+    receives first), "recv" (both receive first), "send" (both send first); "waited" (an
+    irecv, the send, wait(), then the result) and "early" (the received half read before
+    wait())."""
 
     def __init__(self, w, rank: int, order: str):
         super().__init__()
@@ -327,7 +329,13 @@ class Swap(nn.Module):
         mine = x.chunk(2)[self.rank] @ self.w
         theirs = torch.empty_like(mine)
         peer = 1 - self.rank
-        if (self.rank == 0) if self.order == "ok" else self.order == "send":
+        if self.order in ("waited", "early"):
+            work = dist.irecv(theirs, peer)
+            dist.send(mine, peer)
+            if self.order == "early":
+                theirs = theirs * 1.0  # reads the receive buffer before wait()
+            work.wait()
+        elif (self.rank == 0) if self.order == "ok" else self.order == "send":
             dist.send(mine, peer)  # sends first
             dist.recv(theirs, peer)
         else:
@@ -363,7 +371,7 @@ def swaps():
     """Each order's report (capture, relations, temporal checks on the P2P capture's events)."""
     from shardproof.api import prepare, verify_prepared
     return {order: verify_prepared(prepare(_swap_case(order), 2), fixes=False)
-            for order in ("ok", "recv", "send")}
+            for order in ("ok", "recv", "send", "waited", "early")}
 
 
 @pytest.mark.parametrize("order,text", [("recv", "dist.recv(theirs, peer)  # receives first"),
@@ -390,6 +398,22 @@ def test_captured_p2p_correct_order_has_no_finding(swaps):
     assert report.temporal["events"] == 4  # a send and a recv on each rank
 
 
+def test_captured_irecv_read_before_wait(swaps):
+    """An irecv's buffer read before wait(): the rank is run eagerly (it issued an async
+    P2P op), the read found at its line on both ranks; the eager run's P2P issues carry the
+    captured graph's nodes. The twin (wait() first) verifies with no finding."""
+    from shardproof.api import prepare
+    bug, ok = swaps["early"], swaps["waited"]
+    found = [f for f in bug.findings if f.kind == "use-before-wait"]
+    assert bug.status == "violation" and found, bug.findings
+    assert sorted({r for f in found for r in f.rank}) == [0, 1]
+    assert "reads the receive buffer before wait()" in _source_line(found[0].source), found[0].source
+    assert ok.status == "verified" and ok.temporal["checked"] and ok.temporal["findings"] == 0, ok.temporal
+    graph = prepare(_swap_case("waited"), 2).dist.graphs[0]
+    assert graph.events.complete and not graph.events.from_graph
+    assert [graph.node(e.node).op for e in graph.events.p2p()] == ["shardproof_p2p.recv", "shardproof_p2p.send"]
+
+
 @pytest.mark.sweep
 def test_swap_labels_on_gloo():
     """The twin finishes with the single-device product; both orders hang on gloo."""
@@ -397,8 +421,9 @@ def test_swap_labels_on_gloo():
     case = _swap_case("ok")
     with torch.no_grad():
         want = case.single(**case.inputs)
-    got = run_with_timeout(_swap_on_gloo, 2, 10.0, order="ok")
-    assert got is not None and all(torch.allclose(torch.as_tensor(r["out"]), want) for r in got), got
+    for order in ("ok", "waited"):
+        got = run_with_timeout(_swap_on_gloo, 2, 10.0, order=order)
+        assert got is not None and all(torch.allclose(torch.as_tensor(r["out"]), want) for r in got), got
     for order in ("recv", "send"):
         assert run_with_timeout(_swap_on_gloo, 2, 3.0, order=order) is None, f"{order} first did not hang"
 

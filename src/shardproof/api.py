@@ -465,11 +465,11 @@ def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
         report.parameters = parameter_table(p, report)
     if report.status == "violation" and report.findings and (FIX_SEARCH if fixes is None else fixes):
         suggest_fix(p, report.findings[0], report.stats.get("seconds"))
+    if TEMPORAL and p.dist.graphs and all(getattr(g, "events", None) is not None for g in p.dist.graphs):
+        from .engine.temporal import apply_to_report  # before confirming: a program that hangs is not run
+        apply_to_report(report, [g.events for g in p.dist.graphs])
     if report.status == "verified":
         confirm(p, report, CONFIRM_DRAWS if confirm_draws is None else confirm_draws)
-    if TEMPORAL and p.dist.graphs and all(getattr(g, "events", None) is not None for g in p.dist.graphs):
-        from .engine.temporal import apply_to_report
-        apply_to_report(report, [g.events for g in p.dist.graphs])
     return report
 
 

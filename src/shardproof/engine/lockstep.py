@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..ir.events import ISSUE, RECV_OPS
 from ..ir.graph import Graph, Node
 from ..ops.registry import ArgsMismatch, lookup
 
@@ -50,6 +51,41 @@ def _where(node: Node) -> str:
     if _is_p2p(node):
         return f"{node.op.split('.')[-1]} with rank {node.args[1]} (tag {node.args[2]})"
     return f"group {list(node.args[-1])}"
+
+
+def program_order(graph: Graph) -> list[Node]:
+    """The graph's nodes in the order its rank runs them here: as captured, except that an
+    async receive (``irecv``, as the rank's events say: ir/events.py) and the local ops on
+    its value wait until a communication op needs them (after the earlier receives of its
+    channel), so that the ops issued after it go first. A blocking receive stays where it
+    is: whether the program blocks is the temporal checks' question."""
+    events = getattr(getattr(graph, "events", None), "events", ())
+    deferred = {e.node for e in events if e.kind == ISSUE and e.async_op and e.op in RECV_OPS and e.node}
+    if not deferred:
+        return list(graph.nodes)
+    order: list[Node] = []
+    held: list[Node] = []
+    holding: set = set()
+
+    def emit(needed: set) -> None:
+        """Run the held nodes `needed` reads, their held inputs, and the receives before them on their channels."""
+        from .localize import _reach  # (it imports this module)
+        closure = _reach(needed, lambda x: [i for i in x.inputs if i in holding] + (
+            [h for h in held[:held.index(x)] if _is_p2p(h) and h.args[1:3] == x.args[1:3]] if _is_p2p(x) else []))
+        order.extend(h for h in held if h in closure)
+        held[:] = [h for h in held if h not in closure]
+        holding.difference_update(closure)
+    for node in graph.nodes:
+        needs = {i for i in node.inputs if i in holding}
+        communicates = is_collective(node) or _is_p2p(node)
+        if (node.name in deferred and _is_p2p(node)) or (needs and not communicates):
+            held.append(node)
+            holding.add(node)
+            continue
+        if needs:
+            emit(needs)
+        order.append(node)
+    return order + held
 
 
 def _p2p_step(r: int, node: Node, args: tuple, channels: dict):
@@ -109,7 +145,7 @@ def run_lockstep(graphs: list[Graph], eval_node: Callable[[int, Node, dict], Any
 
     def rank_program(r: int):
         env = envs[r]
-        for node in graphs[r].nodes:
+        for node in program_order(graphs[r]):
             if is_collective(node) or _is_p2p(node):
                 env[node] = yield node, resolve(node.args, env)
             else:

@@ -383,7 +383,21 @@ def rank_events(graph, rank: int, eager: Callable[[], RankEvents] | None = None)
         events.ordered = False
         events.notes.append("the eager run saw other collectives than the captured graph: their order across "
                             "ranks is not checked")
+    _name_by_graph(events, from_graph)
     return events
+
+
+def _name_by_graph(events: RankEvents, captured: RankEvents) -> None:
+    """Give the eager run's issues the graph node, stage and microbatch of the captured
+    issue at their place (the k-th P2P issue, the k-th collective), where both saw as many."""
+    for p2p in (True, False):
+        eager = [i for i, e in enumerate(events.events) if e.kind == ISSUE and (e.peer is not None) == p2p
+                 and (p2p or e.op in _COLLECTIVE_OPS)]
+        traced = [e for e in captured.events if e.kind == ISSUE and (e.peer is not None) == p2p]
+        if len(eager) == len(traced):
+            for i, t in zip(eager, traced):
+                events.events[i] = dataclasses.replace(events.events[i], node=t.node, stage=t.stage,
+                                                       microbatch=t.microbatch)
 
 
 def graph_events(graph, rank: int) -> RankEvents:

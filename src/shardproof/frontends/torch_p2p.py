@@ -23,6 +23,7 @@ from torch import Tensor
 
 from ..ir.events import ISSUE, RECV_OPS, SEND_OPS, WAIT, Buffer, Event, RankEvents
 from ..ir.graph import Graph, Source
+from .torch_collectives import ASYNC_ISSUED
 
 P2P_PREFIX = "shardproof_p2p."
 PIPELINE_META = "shardproof_pipeline"  # key in an fx node's meta["custom"]: (stage, microbatch)
@@ -148,6 +149,7 @@ def _peer(group, peer, group_peer) -> int:
 
 def _issue(op: str, tensor: Tensor, peer: int, tag: int, async_op: bool, group=None):
     handle = next(_recorder.handles) if (async_op and _recorder) else None
+    ASYNC_ISSUED[0] += async_op  # its buffers' uses matter: the temporal checks run the rank eagerly
     _record(ISSUE, op, tensor, peer, tag, handle, group)
     # on the wire a tensor is its elements in order (c10d checks count and dtype, not shape):
     # a recv into a buffer of another shape with as many elements reads them in that shape
