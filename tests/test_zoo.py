@@ -81,5 +81,26 @@ def test_zoo_command_judges_every_case_against_its_meta():
     assert {r.name for r in results} >= TRAIN_SAMPLE
     bugs = [r for r in results if r.expected.verdict == "violation"]
     assert len(bugs) >= 25 and all(r.located for r in bugs)
+    # pending cases are listed, not run, each naming the feature it waits for (none is pending
+    # since the pipeline work; the pending path on its own: test_zoo_pending_case_listed_not_run)
     pending = [r for r in results if r.expected.verdict == "pending"]
-    assert pending and all("needs" in r.expected.detail for r in pending)
+    assert {r.name for r in pending} == {name for name, case in cases if case.meta.get("pending")}
+    assert all("needs" in r.expected.detail and not r.verdict and not r.seconds for r in pending)
+
+
+def test_zoo_pending_case_listed_not_run():
+    """A case whose meta says it is pending is not run: it counts as expected and the zoo
+    summary names the feature it needs."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from shardproof.report.zoo import render_zoo, zoo_json
+    case = importlib.import_module("tp_mlp").case(2)
+    result = run_zoo_case(dataclasses.replace(case, meta={**case.meta, "pending": "a rule for X"}), "tp_mlp")
+    assert (result.expected.verdict, result.verdict, result.seconds, result.ok) == ("pending", "", 0.0, True)
+    console = Console(record=True, width=200)
+    render_zoo([result], console)
+    text = console.export_text()
+    assert "tp_mlp: pending: needs a rule for X" in text and "1 of 1 cases as expected" in text
+    assert zoo_json([result])["cases"][0]["expected"] == "pending"

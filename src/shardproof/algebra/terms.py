@@ -54,6 +54,7 @@ class TermStore:
         self.terms: list[Term] = []
         self._ids: dict[tuple, int] = {}
         self._by_op: dict[str, list[int]] = {}
+        self._rewritten: dict[tuple, int] = {}  # a term a rewrite turned into another: its key -> the result
 
     def make(self, op: str, attrs: tuple, children: tuple[int, ...], shape) -> int:
         if op in COMMUTATIVE:
@@ -61,6 +62,8 @@ class TermStore:
         for rule in REWRITES.get(op, ()):
             out = rule(self, attrs, tuple(children), tuple(shape))
             if out is not None:
+                if children:
+                    self._rewritten[(op, attrs, tuple(children))] = out
                 return out
         for rule in ANY_REWRITES:
             out = rule(self, op, attrs, tuple(children), tuple(shape))
@@ -82,7 +85,10 @@ class TermStore:
         return self._by_op.get(op, [])
 
     def lookup(self, op: str, attrs: tuple, children: tuple[int, ...]) -> int | None:
-        return self._ids.get((op, attrs, tuple(children)))
+        """The term built already as `op` of `children`, or the equal term a rewrite made of it."""
+        key = (op, attrs, tuple(children))
+        tid = self._ids.get(key)
+        return self._rewritten.get(key) if tid is None else tid
 
     def __getitem__(self, tid: int) -> Term:
         return self.terms[tid]
