@@ -3,11 +3,13 @@ by torchtitan itself (TP + SP, vocab-sharded logits), examples/corpus/torchtitan
 
 Labels (facts about PyTorch, the sweep test below): on a real gloo group the TP program (its
 ``partial_dtensor`` backend) holds the single device's logits, each rank its vocab chunk.
-Where the engine stands: complex RoPE (``view_as_complex`` / ``view_as_real``) and attention with
-fewer key/value heads are proved, and so is torchtitan's vocab-parallel embedding (ids clamped
-into the rank's block, the lookup multiplied by the in-block mask: the clamp-and-mask lemma of
-algebra/masks.py); relations stop at the attention's output (``getitem`` of the CPU flash SDPA
-in the sequence-parallel layer), so the verdict is unknown with that node named, never a violation."""
+Where the engine stands: torchtitan's vocab-parallel embedding (ids clamped into the rank's block,
+the lookup multiplied by the in-block mask: the clamp-and-mask lemma of algebra/masks.py), its
+reduce-scatter into sequence shards, RMSNorm, the all-gather, the colwise wqkv and complex RoPE
+(``view_as_complex`` / ``view_as_real``) are proved; every SDPA operand holds its head block of the
+single device's, yet the CPU flash SDPA with fewer key/value heads (4 query, 2 kv heads a rank)
+relates to no single-device tensor, so relations stop at its output (``getitem``): the verdict is
+unknown with that node named, never a violation."""
 import os
 import sys
 
