@@ -15,6 +15,13 @@ it), looks up ``W[lo:hi]`` and zeroes the rows where ``~inside``. With the lemma
 :mod:`.lemmas` this is ``lookup_in`` then ``range_lookup``, and ranks whose ranges tile
 the table sum to the plain lookup.
 
+torchtitan's ``Embedding`` (``models/common/embedding.py``) clamps instead of masking the ids:
+``embedding(W[lo:hi], clamp(ids - lo, a, b)) * inside`` with ``inside`` cast to the lookup's
+dtype and unsqueezed over the embedding dim. The clamp is the identity on ``[0, hi - lo)``
+when ``a <= 0`` and ``b >= hi - lo - 1``, so the lookup is ``lookup_in`` (whatever row it
+gives elsewhere), and the product with the mask is zero outside the range: ``range_lookup``
+(table values are finite, the engine's real-number convention that makes ``0 * x`` zero).
+
 Constants built here carry their shape in the attributes (``fill(value, shape)``), so
 they never share an id with a constant of another shape.
 """
@@ -213,3 +220,60 @@ def _zero_outside_inside(terms, attrs, children, shape):
     if first_match(terms, mask, NOT_INSIDE, {"ids": inner.children[1], "lo": lo, "hi": hi}) is None:
         return None
     return terms.make("range_lookup", inner.attrs, inner.children, shape)
+
+
+# ---------------------------------------------------------------- torchtitan's clamped lookup
+
+CLAMPED = P("clamp", P("sub", V("ids"), _1=Const("lo")), _1=Const("a"), _2=Const("b"))
+CLAMPED_AT_ZERO = P("clamp", V("ids"), _1=Const("a"), _2=Const("b"))  # a block starting at 0, no shift
+
+
+def _keeps_block(env, rows: int) -> bool:
+    """clamp(x, a, b) == x for every x in [0, rows): a <= 0 and b >= rows - 1 (None: unbounded)."""
+    a, b = env["a"], env["b"]
+    return (a is None or (_number(a) and a <= 0)) and (b is None or (_number(b) and b >= rows - 1))
+
+
+@rewrite("embedding")
+def _clamped_lookup_in_range(terms, attrs, children, shape):
+    """``embedding(W[lo:hi], clamp(ids - lo, a, b))`` equals ``embedding(W, ids)`` wherever
+    lo <= ids < hi, when the clamp keeps [0, hi - lo): ``lookup_in(W, ids, lo, hi)``."""
+    table, ids = children
+    env = match(terms, table, BLOCK["embedding"]) or {"W": table, "rows": None}
+    found = match(terms, ids, CLAMPED, env) or match(terms, ids, CLAMPED_AT_ZERO, {**env, "lo": 0})
+    if not found or not isinstance(found["lo"], int) or isinstance(found["lo"], bool):
+        return None
+    size = terms.shape(found["W"])[0]
+    rows = np.arange(size) if found["rows"] is None else np.frombuffer(found["rows"], dtype=np.int64)
+    hi = found["lo"] + len(rows)
+    if not np.array_equal(rows, np.arange(found["lo"], hi)) or not _keeps_block(found, len(rows)):
+        return None
+    return terms.make("lookup_in", ("embedding", attrs, found["lo"], hi), (found["W"], found["ids"]), shape)
+
+
+def _mask_over_rows(terms, mask: int, ids: int, lo: int, hi: int, shape) -> bool:
+    """`mask` is ``(ids >= lo) & (ids < hi)`` unsqueezed to ids' shape + (1,) (maybe then
+    expanded to `shape`), so that it broadcasts over the lookup's last dim only."""
+    if terms[mask].op == "expand" and terms.shape(mask) == tuple(shape):
+        mask = terms[mask].children[0]
+    ids_shape = terms.shape(ids)
+    term = terms[mask]
+    if term.op != "reshape" or terms.shape(mask) != ids_shape + (1,) or tuple(shape[:-1]) != ids_shape:
+        return False
+    return match(terms, term.children[0], INSIDE, {"ids": ids, "lo": lo, "hi": hi}) is not None
+
+
+@rewrite("mul")
+def _masked_product(terms, attrs, children, shape):
+    """``lookup_in(W, ids, lo, hi) * ((ids >= lo) & (ids < hi))`` (the mask over the rows) is
+    zero outside the range: ``range_lookup``."""
+    if len(children) != 2:
+        return None
+    for value, mask in (children, children[::-1]):
+        inner = terms[value]
+        if inner.op != "lookup_in" or inner.attrs[0] != "embedding" or terms.shape(value) != tuple(shape):
+            continue
+        _, _, lo, hi = inner.attrs
+        if _mask_over_rows(terms, mask, inner.children[1], lo, hi, shape):
+            return terms.make("range_lookup", inner.attrs, inner.children, shape)
+    return None

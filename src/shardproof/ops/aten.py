@@ -16,6 +16,7 @@ from ..algebra.terms import COMMUTATIVE, freeze
 from .common import as_float, elementwise_op, erf, identity_op, template, tensor_args
 from .pairing import fits as _fits, pairing_of as _pairing, paired_dot
 from .registry import RuleCtx, declare
+from .sdpa_reuse import earlier_selection, record
 
 T = "aten."
 
@@ -802,9 +803,14 @@ def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=Fa
     ops = [q, k, v]
     found = []
     for d in range(nd - 2):
+        reused = earlier_selection(terms, ops, d)  # heads of one fused projection (sdpa_reuse.py)
+        if reused is not None and _pairings(terms, reused, d) is not None:
+            ops = reused
         pairings = _pairings(terms, ops, d)
         if pairings is None:
-            ops = [layout.materialize(terms, o, [d]) for o in ops]
+            mats = [layout.materialize(terms, o, [d]) for o in ops]
+            record(terms, ops, mats, d)
+            ops = mats
             pairings = _pairings(terms, ops, d)
         found.append(pairings)
     q, k, v = ops
