@@ -208,12 +208,14 @@ def run_distributed(case: Case, world: int, seeds: list, timeout: float = 120.0,
                     rank_data=None) -> list[list[tuple[dict, dict]]]:
     """For each rank, (inputs, outputs) per value set, from one gloo group of `world`
     forked processes. Raises :class:`RunError` when the ranks fail or time out; a group
-    whose connection fails (a loaded machine) is tried once more."""
-    try:
-        return _run_group(case, world, seeds, timeout, rank_data)
-    except RunError as exc:
-        if "connectFullMesh" not in str(exc) and "Connection closed by peer" not in str(exc):
-            raise
+    whose connection fails (a loaded machine) is tried again, up to twice."""
+    for attempt in range(2):
+        try:
+            return _run_group(case, world, seeds, timeout, rank_data)
+        except RunError as exc:
+            if "connectFullMesh" not in str(exc) and "Connection closed by peer" not in str(exc):
+                raise
+        time.sleep(0.5 * (attempt + 1))
     return _run_group(case, world, seeds, timeout, rank_data)
 
 
