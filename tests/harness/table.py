@@ -171,6 +171,7 @@ def assert_metadata(draw, op):
     return Draw(op, {"x": x}, (T("x"),))
 
 
+@entry(A + "view_as_real")
 @entry(A + "view_as_real_copy")
 def view_as_real(draw, op):
     """Complex inputs only: torch returns the real and imaginary parts in a new trailing dim
@@ -178,3 +179,11 @@ def view_as_real(draw, op):
     re, im = tensor(draw, dts=(F64,), views=False), None
     im = tensor(draw, re.shape, dts=(F64,), views=False)
     return Draw(op, {"x": torch.complex(re, im)}, (T("x"),))
+
+
+@entry(A + "view_as_complex")
+def view_as_complex(draw, op):
+    """A real tensor whose last dim holds (real, imaginary) pairs, contiguous (torch requires a
+    last dim of size 2 and stride 1); the rule needs the pair dim whole on a rank."""
+    x = tensor(draw, dts=(F64, F32), views=False)
+    return Draw(op, {"x": torch.stack([x, -x * 0.5 + 1], dim=-1).contiguous()}, (T("x"),))

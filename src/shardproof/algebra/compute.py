@@ -15,7 +15,7 @@ import numpy as np
 from .layout import permute as layout_permute, select as layout_select, slice_ as layout_slice
 from .layout import (Val, canon_vec, materialize, same_vec, shape_of, truncate, unmaterialize, vec_array, vec_key,
                      view_term)
-from .terms import ELEMENTWISE, REDUCTIONS, TermStore
+from .terms import TermStore
 
 
 def _aligned(terms: TermStore, vals: list[Val], full_dims: Sequence[int] = ()) -> tuple[list[Val], tuple, tuple]:
@@ -120,7 +120,7 @@ def _offset_aligned(terms: TermStore, vals: list[Val], dims: list[int]):
 
 def elementwise(terms: TermStore, op: str, attrs: tuple, vals: list[Val], commutative: bool = False,
                 full_dims: Sequence[int] = ()) -> Val:
-    ELEMENTWISE.add(op)
+    terms.elementwise_ops.add(op)
     vals, vecs, shape = _aligned(terms, vals, full_dims)
     children = tuple(v.t for v in vals)
     lifted = _reshape_lifted(terms, children, shape)
@@ -199,7 +199,7 @@ def reduction(terms: TermStore, op: str, attrs: tuple, val: Val, dims: Sequence[
               combinable: bool) -> Val:
     """Reduce over `dims`. Over a selected subset of a dim, a combinable reduction (sum,
     max, min) becomes a partial term that a collective can complete; others materialize."""
-    REDUCTIONS.add(op)
+    terms.reduction_ops.add(op)
     nd = len(val.vecs)
     dims = sorted({d % nd for d in dims}) if dims else list(range(nd))
     val, factor = _collapse_repeats(terms, op, val, dims) if combinable else (val, 1)

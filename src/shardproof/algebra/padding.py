@@ -23,7 +23,7 @@ import numpy as np
 
 from .layout import Val, _group_dims, prod
 from .lemmas import linear
-from .terms import ELEMENTWISE, REDUCTIONS, TermStore, rewrite_any
+from .terms import TermStore, rewrite_any
 
 PAD = "pad"
 
@@ -509,7 +509,7 @@ def through_padding(terms: TermStore, op: str, attrs, children, shape):
     """Distribute an op over the pieces of a padding cat (module docstring)."""
     if not children:
         return None
-    if op in ELEMENTWISE or op in ("lin", "scale"):
+    if op in terms.elementwise_ops or op in ("lin", "scale"):
         return _elementwise(terms, op, attrs, children, shape)
     if op == "reshape":
         return _fill_view(terms, op, attrs, children, shape) or _reshape(terms, attrs, children, shape)
@@ -517,7 +517,7 @@ def through_padding(terms: TermStore, op: str, attrs, children, shape):
         return _fill_view(terms, op, attrs, children, shape) or _permute(terms, attrs, children, shape)
     if op == "cat":
         return _cat_of_padded(terms, attrs, children, shape)
-    if op in REDUCTIONS:
+    if op in terms.reduction_ops:
         return _reduction(terms, op, attrs, children, shape)
     if op == "dot":
         return _dot(terms, attrs, children, shape)

@@ -24,11 +24,6 @@ COMMUTATIVE: set[str] = set()
 REWRITES: dict[str, list] = {}
 
 
-# term ops that apply elementwise (operands broadcast to the result) and reductions over
-# dims (attrs ``(dims, keepdim, over, ...)``), as the compute lemmas build them
-ELEMENTWISE: set[str] = set()
-REDUCTIONS: set[str] = set()
-
 # rewrites for a term of any head: each takes (store, op, attrs, children, shape)
 ANY_REWRITES: list = []
 
@@ -55,6 +50,11 @@ class TermStore:
         self._ids: dict[tuple, int] = {}
         self._by_op: dict[str, list[int]] = {}
         self._rewritten: dict[tuple, int] = {}  # a term a rewrite turned into another: its key -> the result
+        # term ops this store built elementwise (operands broadcast to the result) and as reductions
+        # over dims (attrs ``(dims, keepdim, over, ...)``), as the compute lemmas build them; per
+        # store, so one verification never reads what another built
+        self.elementwise_ops: set[str] = set()
+        self.reduction_ops: set[str] = set()
 
     def make(self, op: str, attrs: tuple, children: tuple[int, ...], shape) -> int:
         if op in COMMUTATIVE:
