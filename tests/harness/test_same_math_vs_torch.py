@@ -103,7 +103,7 @@ def test_a_view_of_a_sum_with_a_broadcast_part(data):
 
 def test_sdpa_default_scale_is_the_explicit_one_exactly():
     """torch computes the default scale as Python's 1/math.sqrt(d): equal outputs, bit for bit."""
-    from shardproof.ops.aten import _sdpa_scale
+    from shardproof.ops.aten_attention import _sdpa_scale
     g = torch.Generator().manual_seed(0)
     for d in (3, 7, 8, 64, 80):
         q, k, v = (torch.randn(2, 3, 5, d, generator=g) for _ in range(3))

@@ -311,7 +311,7 @@ def dot(terms: TermStore, a: Val, b: Val, lhs_batch: Sequence[int], rhs_batch: S
 
     `pairings` (one per batch pair, None for aligned ones) say how a batch dim pairs the
     two operands' term positions when they hold different ones (grouped-query heads: see
-    :func:`shardproof.ops.aten._pairing`): the term's batch dim is then the lhs term's and
+    :func:`shardproof.ops.pairing.pairing_of`): the term's batch dim is then the lhs term's and
     the pairing is part of the term, so any selection of lhs positions is exact (the
     pairings are of the operands' unmaterialized positions)."""
     paired = [p is not None for p in (pairings or [None] * len(lhs_batch))]

@@ -1,4 +1,4 @@
-"""ATen reductions beyond sum/mean/amax (ops/aten.py): min(dim), argmin, prod, std,
+"""ATen reductions beyond sum/mean/amax (ops/aten_rows.py): min(dim), argmin, prod, std,
 logsumexp, linalg_vector_norm (so clip_grad_norm_ and F.normalize) and mse_loss.
 
 Reductions that a collective cannot complete from partial results are materialized over

@@ -11,8 +11,10 @@ import numpy as np
 from ..algebra import compute, layout
 from ..algebra.layout import Val, shape_of
 from ..algebra.ranks import combine
-from .aten import (_embedding_rule, _layer_norm_num, _rms_norm_num, _sdpa_num, _sdpa_rule, layer_norm_backward_num,
-                   layer_norm_backward_rule)
+from .aten_attention import _sdpa_num, _sdpa_rule
+from .aten_backward import layer_norm_backward_num, layer_norm_backward_rule
+from .aten_index import _embedding_rule
+from .aten_rows import _layer_norm_num, _rms_norm_num
 from .common import as_float, template
 from .registry import RuleCtx, declare
 

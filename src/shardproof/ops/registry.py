@@ -102,7 +102,8 @@ def load_builtin() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from . import aten, aten_core, aten_misc, aten_reductions, casts, collectives, frameworks, fsdp, strided, xla  # noqa: F401  (declarations register themselves)
+        from . import aten, aten_attention, aten_backward, aten_index, aten_rows  # noqa: F401
+        from . import aten_core, aten_misc, aten_reductions, casts, collectives, frameworks, fsdp, strided, xla  # noqa: F401  (declarations register themselves)
         from . import p2p  # noqa: F401
         from . import aten_dynamic, aten_vision  # noqa: F401
         from . import complex_ops  # noqa: F401

@@ -17,7 +17,7 @@ from ..algebra.layout import Val, shape_of
 from ..algebra.masks import make_fill
 from ..algebra.ranks import combine
 from ..algebra.terms import freeze
-from .aten import _fill
+from .aten_index import _fill
 from .casts import convert, preserves
 from .collectives import _reduce_np
 from .common import as_float, template
