@@ -18,7 +18,8 @@ import struct
 
 from ..ir.graph import Graph
 from .fx_text import DumpError
-from .hlo_text import Computation, HloModule, Instr, _balanced, instantiate, parse_shape, split_top
+from .hlo_parse import Computation, HloModule, Instr, _balanced, parse_shape, split_top
+from .hlo_text import instantiate
 
 __all__ = ["is_stablehlo_text", "load_stablehlo_program"]
 
