@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from ..ir.graph import Graph
+from .dump_decomp import decompose_unruled
 from .fx_text import DumpError, load_graph
 
 __all__ = ["dump_kinds", "dump_graphs", "load_program"]
@@ -87,7 +88,8 @@ def load_program(paths_or_dir, kind: str = "fw", *, graph: str | None = None,
     world = len(paths)
     graphs = []
     for r, p in zip(ranks, paths):
-        g = load_graph(p, groups=groups, world_size=world, symbols=symbols, rank=r, constants=constants)
+        g = decompose_unruled(load_graph(p, groups=groups, world_size=world, symbols=symbols, rank=r,
+                                         constants=constants))
         g.label = f"rank {r} ({os.path.basename(p)})"
         graphs.append(g)
     known = {n.name for g in graphs for n in g.nodes if n.op == "constant"}
