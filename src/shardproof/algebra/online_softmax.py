@@ -179,6 +179,46 @@ def finite_rows(terms: TermStore, c: int):
     return None
 
 
+def _local(terms: TermStore, t: int, vecs, nd: int):
+    """A constant term's values at the positions `vecs` (right-aligned to `nd` dims)."""
+    value = const_value(terms, t)
+    if value is None:
+        return None
+    idx = [np.arange(n) if v is None else np.asarray(v) for v, n in zip(vecs, value.shape)]
+    local = value[np.ix_(*idx)] if idx else value
+    return local.reshape((1,) * (nd - local.ndim) + local.shape)
+
+
+def masked_scores(terms: TermStore, x: Val, mask: Val):
+    """``masked_fill(x, mask, -inf)`` as ``Val(where(M, -inf, X), x.vecs)`` for a where-term
+    over the same X whose constant mask M has, at x's positions, the values `mask` has at its
+    own: equal elementwise, so the same value. None when there is no such term."""
+    nd = len(x.vecs)
+    here = _local(terms, mask.t, mask.vecs, nd)
+    if here is None or here.ndim > nd:
+        return None
+    for w in terms.of_op("where"):
+        term = terms[w]
+        if term.attrs[:3] != ("$", NEG_INF, "$") or len(term.children) != 2 or term.children[1] != x.t:
+            continue
+        m = term.children[0]
+        ms = terms.shape(m)
+        if len(ms) > nd or any(a not in (1, b) for a, b in zip(ms, terms.shape(x.t)[nd - len(ms):])):
+            continue
+        vecs = tuple(None if ms[k] == 1 else x.vecs[nd - len(ms) + k] for k in range(len(ms)))
+        there = _local(terms, m, vecs, nd)
+        if there is None:
+            continue
+        try:
+            shape = np.broadcast_shapes(here.shape, there.shape, tuple(len(v) if v is not None else n
+                                                                       for v, n in zip(x.vecs, terms.shape(x.t))))
+        except ValueError:
+            continue
+        if np.array_equal(np.broadcast_to(here.astype(bool), shape), np.broadcast_to(there.astype(bool), shape)):
+            return Val(w, x.vecs)
+    return None
+
+
 def _held(arr: np.ndarray, vecs) -> bool:
     idx = [np.arange(n) if v is None else np.asarray(v) for v, n in zip(vecs, arr.shape)]
     return bool(arr[np.ix_(*idx)].all()) if all(len(i) for i in idx) else True
@@ -187,24 +227,27 @@ def _held(arr: np.ndarray, vecs) -> bool:
 # ---------------------------------------------------------------- recognizers
 
 
+def _split(terms: TermStore, d: int, shape: tuple):
+    """``S - c`` (a linear form over S's shape) -> (S, c), c one column; else None."""
+    lin = terms[d]
+    if lin.op != "lin" or len(lin.children) < 2 or len(shape) < 2 or shape[-1] < 2:
+        return None
+    col = tuple(shape[:-1]) + (1,)
+    score = {k: a for k, a in zip(lin.children, lin.attrs) if terms.shape(k) == tuple(shape)}
+    shift = {k: -a for k, a in zip(lin.children, lin.attrs) if terms.shape(k) == col}
+    if not score or not shift or len(score) + len(shift) != len(lin.children):
+        return None
+    s, c = linear(terms, score, shape), linear(terms, shift, col)
+    return None if s is None or c is None else (s, c)
+
+
 def shifted(terms: TermStore, w: int):
     """``exp(S - c)`` -> (S, c), with c one shift per row of S; else None. The difference is
     a linear form: its parts of S's shape make S, its parts of one column make -c."""
     term = terms[w]
-    if term.op != "exp" or len(term.children) != 1 or len(term.shape) < 2 or term.shape[-1] < 2:
+    if term.op != "exp" or len(term.children) != 1:
         return None
-    lin = terms[term.children[0]]
-    if lin.op != "lin" or len(lin.children) < 2:
-        return None
-    col = term.shape[:-1] + (1,)
-    score = {k: a for k, a in zip(lin.children, lin.attrs) if terms.shape(k) == term.shape}
-    shift = {k: -a for k, a in zip(lin.children, lin.attrs) if terms.shape(k) == col}
-    if not score or not shift or len(score) + len(shift) != len(lin.children):
-        return None
-    s, c = linear(terms, score, term.shape), linear(terms, shift, col)
-    if s is None or c is None:
-        return None
-    return s, c
+    return _split(terms, term.children[0], term.shape)
 
 
 def _over_keys(over, n: int):
@@ -243,7 +286,7 @@ def _trailing_view(terms: TermStore, t: int, tail: tuple):
     return t
 
 
-def acc_form(terms: TermStore, t: int):
+def acc_form(terms: TermStore, t: int, rows: bool = True):
     """``A(S, c, V, K)``: the program's ``exp(S - c) @ V`` (a batched dot, maybe through
     reshapes of its leading dims) -> {"kind", "W", "S", "c", "keys", "rebuild" ...} or None."""
     top = terms[t]
@@ -262,7 +305,7 @@ def acc_form(terms: TermStore, t: int):
     if found is None or ls[-1] != rs[-2] or _trailing_view(terms, t, dot.shape[-2:]) != d:
         return None
     ws = terms.shape(w)
-    if top.shape[:-1] != ws[:-1]:  # the rows of the result are the rows of S
+    if rows and top.shape[:-1] != ws[:-1]:  # the rows of the result are the rows of S
         return None
     n = ls[-1]
     keys = None
@@ -458,3 +501,54 @@ def normal_form(terms: TermStore, val):
     return val if done is None else done
 
 
+
+
+# ---------------------------------------------------------------- legitimate intermediates
+
+
+def _shift_of(terms: TermStore, c: int, s: int) -> bool:
+    """Whether `c` is a running max or log-sum-exp of some columns of the scores `s`."""
+    term = terms[c]
+    nd = len(term.shape)
+    if term.op == "amax" and len(term.attrs) == 3 and term.attrs[:2] == ((nd - 1,), True):
+        return term.children[0] == s
+    lse = lse_form(terms, c)
+    if lse is not None:
+        return lse[0] == s
+    if term.op in ("maximum", "logaddexp") and len(term.children) == 2:
+        return all(_shift_of(terms, k, s) for k in term.children)
+    return False
+
+
+def partial_state(terms: TermStore, t: int, known):
+    """(S, role) when `t` is a state of an online softmax over single-device scores S
+    (``known(S)``): a block's or running max / log-sum-exp (role "shift"), ``exp(S - c)``,
+    S - c, views of it and a rescaling factor ``exp(c - c')`` ("weights"), a partial sum L or
+    accumulator A over some key set ("sum"); else None. Used to tell a legitimate
+    intermediate from a broken one when localizing (never to prove)."""
+    term = terms[t]
+    while term.op == "reshape":
+        t, term = term.children[0], terms[term.children[0]]
+    if term.op in ("amax", "logsumexp", "maximum", "logaddexp"):
+        s = _scores(terms, t, known)
+        return None if s is None else (s, "shift")
+    form = sum_form(terms, t) or acc_form(terms, t, rows=False)
+    pair = (form["S"], form["c"]) if form is not None else \
+        shifted(terms, t) if term.op == "exp" else _split(terms, t, term.shape)
+    role = "sum" if form is not None else "weights"
+    if pair is not None:
+        return (pair[0], role) if known(pair[0]) and _shift_of(terms, pair[1], pair[0]) else None
+    inner = terms[term.children[0]] if term.op == "exp" and term.children else term
+    if inner.op == "lin" and sorted(inner.attrs) == [-1, 1] and len(inner.children) == 2:  # c - c'
+        found = [_scores(terms, k, known) for k in inner.children]
+        return (found[0], "weights") if found[0] is not None and found[0] == found[1] else None
+    return None
+
+
+def _scores(terms: TermStore, c: int, known):
+    """The single-device scores S when `c` is a shift (max / log-sum-exp of columns) of them."""
+    s = terms[c].children[0] if terms[c].children else None
+    while s is not None and not known(s) and terms[s].op in ("maximum", "logaddexp", "amax", "logsumexp", "gather") \
+            and terms[s].children:
+        s = terms[s].children[0]
+    return s if s is not None and known(s) and _shift_of(terms, c, s) else None

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algebra.online_softmax import normal_form
+from ..algebra.layout import Val
+from ..algebra.online_softmax import masked_scores, normal_form
 from .common import elementwise_op
 from .registry import post_rule
 
@@ -17,5 +18,16 @@ elementwise_op(T + "logaddexp", np.logaddexp, commutative=True, doc="log(exp(a) 
 
 
 @post_rule(*(T + n for n in ("mul", "add", "div", "logaddexp", "bmm", "matmul", "view", "_unsafe_view", "reshape")))
-def _online_softmax(ctx, out):
+def _online_softmax(ctx, out, args, kwargs):
     return normal_form(ctx.terms, out)
+
+
+@post_rule(T + "masked_fill")
+def _block_mask(ctx, out, args, kwargs):
+    """Scores masked by a constant mask: the masked scores of the term whose mask holds the
+    same values at these positions (a block mask built for other key positions that happens
+    to agree), so a block attended with a mask of equal values is that block's scores."""
+    if len(args) < 3 or not (isinstance(args[0], Val) and isinstance(args[1], Val)) or args[2] != float("-inf"):
+        return out
+    found = masked_scores(ctx.terms, args[0], args[1])
+    return out if found is None else found

@@ -71,7 +71,7 @@ def declare(names: str | tuple[str, ...], *, numerics, rule, shape=None, collect
 
 
 POST_RULES: dict[str, list] = {}
-"""op name -> functions ``(ctx, value) -> value`` applied, in order, to what the op's rule
+"""op name -> functions ``(ctx, value, args, kwargs) -> value`` applied, in order, to what the op's rule
 returned (normal forms that need the value's layout, not just its term)."""
 
 
@@ -87,7 +87,7 @@ def apply_rule(opdef: OpDef, ctx: RuleCtx, args, kwargs):
     """The op's rule on resolved arguments, then its post rules."""
     out = opdef.rule(ctx, *args, **kwargs)
     for fn in POST_RULES.get(ctx.node.op if ctx.node is not None else opdef.name, ()):
-        out = fn(ctx, out)
+        out = fn(ctx, out, args, kwargs)
     return out
 
 
