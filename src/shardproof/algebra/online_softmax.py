@@ -348,7 +348,8 @@ def _shift_to(terms: TermStore, form: dict, c_new: int) -> int:
 
 
 def _rebuild(terms: TermStore, form: dict, w: int, keys) -> int:
-    n = terms.shape(form["S"])[-1]
+    if form["kind"] == "W":
+        return w
     if form["kind"] == "L":
         old = terms[form["t"]]
         over = None if keys is None else (np.ascontiguousarray(keys).tobytes(),)
@@ -394,13 +395,18 @@ def _form(terms: TermStore, t: int):
     return sum_form(terms, t) or acc_form(terms, t)
 
 
+def _weights_form(terms: TermStore, t: int):
+    found = shifted(terms, t)
+    return None if found is None else {"kind": "W", "t": t, "W": t, "S": found[0], "c": found[1], "keys": None}
+
+
 def rescaled(terms: TermStore, val: Val):
     """Rule 1 on a product ``X * exp(c - c')``."""
     term = terms[val.t]
     if term.op != "mul" or len(term.children) != 2:
         return None
     for x, f in (term.children, term.children[::-1]):
-        form = _form(terms, x)
+        form = _form(terms, x) or _weights_form(terms, x)
         fs = terms[f]
         if form is None or fs.op != "exp" or len(fs.children) != 1 or terms.shape(x) != term.shape:
             continue
@@ -531,18 +537,32 @@ def partial_state(terms: TermStore, t: int, known):
         t, term = term.children[0], terms[term.children[0]]
     if term.op in ("amax", "logsumexp", "maximum", "logaddexp"):
         s = _scores(terms, t, known)
-        return None if s is None else (s, "shift")
+        return None if s is None else (s, State("shift", t, None))
     form = sum_form(terms, t) or acc_form(terms, t, rows=False)
     pair = (form["S"], form["c"]) if form is not None else \
         shifted(terms, t) if term.op == "exp" else _split(terms, t, term.shape)
-    role = "sum" if form is not None else "weights"
     if pair is not None:
-        return (pair[0], role) if known(pair[0]) and _shift_of(terms, pair[1], pair[0]) else None
+        state = State("sum", pair[1], form["keys"]) if form is not None else State("weights", pair[1], None)
+        return (pair[0], state) if known(pair[0]) and _shift_of(terms, pair[1], pair[0]) else None
     inner = terms[term.children[0]] if term.op == "exp" and term.children else term
     if inner.op == "lin" and sorted(inner.attrs) == [-1, 1] and len(inner.children) == 2:  # c - c'
         found = [_scores(terms, k, known) for k in inner.children]
-        return (found[0], "weights") if found[0] is not None and found[0] == found[1] else None
+        return (found[0], State("weights", None, None)) if found[0] is not None and found[0] == found[1] else None
     return None
+
+
+class State:
+    """The role of an online-softmax state ("shift", "weights" or "sum"), its shift term and
+    its key set (None: all), for naming the bug where states meet wrongly."""
+
+    def __init__(self, role: str, shift, keys):
+        self.role, self.shift, self.keys = role, shift, keys
+
+    def __str__(self) -> str:
+        return self.role
+
+    def overlaps(self, other: "State", n: int) -> bool:
+        return bool((_key_set(n, self.keys) & _key_set(n, other.keys)).any())
 
 
 def _scores(terms: TermStore, c: int, known):
