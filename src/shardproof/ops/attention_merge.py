@@ -29,5 +29,7 @@ def _block_mask(ctx, out, args, kwargs):
     to agree), so a block attended with a mask of equal values is that block's scores."""
     if len(args) < 3 or not (isinstance(args[0], Val) and isinstance(args[1], Val)) or args[2] != float("-inf"):
         return out
+    if isinstance(out, Val) and ctx.terms[out.t].op == "where" and ctx.terms[out.t].children[1:] == (args[0].t,):
+        return out  # already the masked scores of x
     found = masked_scores(ctx.terms, args[0], args[1])
     return out if found is None else found
