@@ -38,190 +38,46 @@ import numpy as np
 from .compute import rowwise
 from .layout import Val, full, view_term
 from .lemmas import linear
+from .softmax_rows import held_rows, key_set, row_facts
 from .terms import TermStore
 
-NEG_INF = float("-inf")
-FINITE_OPS = {"input", "lin", "dot", "reshape", "permute", "gather", "expand", "mul", "scale", "cat"}
 
 # ---------------------------------------------------------------- constants and finiteness
 
 
-def const_value(terms: TermStore, t: int, memo: dict | None = None):
-    """The value of an input-free term (masks and positions built from aranges), or None."""
-    memo = {} if memo is None else memo
-    if t in memo:
-        return memo[t]
-    term = terms[t]
-    kids = [const_value(terms, c, memo) for c in term.children]
-    out = None
-    if all(k is not None for k in kids):
-        try:
-            out = _const_op(term, kids)
-        except (ValueError, TypeError, IndexError):
-            out = None
-        if out is not None and tuple(np.shape(out)) != term.shape:
-            out = None
-    memo[t] = out
-    return out
-
-
-def _template_args(attrs, kids):
-    it = iter(kids)
-    return [next(it) if a == "$" else a for a in attrs[:-1]]
-
-
-_COMPARE = {"gt": np.greater, "lt": np.less, "ge": np.greater_equal, "le": np.less_equal, "eq": np.equal,
-            "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or}
-
-
-def _const_op(term, kids):
-    op, a = term.op, term.attrs
-    if op == "arange":
-        return np.arange(*[float(x) for x in a[:-1]])
-    if op == "const":
-        return np.frombuffer(a[2], dtype=np.dtype(a[0])).reshape(a[1]).astype(np.float64)
-    if op == "fill":
-        return np.full(term.shape, float(a[0]))
-    if op == "reshape":
-        return np.reshape(kids[0], term.shape)
-    if op == "expand":
-        return np.broadcast_to(kids[0], term.shape)
-    if op == "permute":
-        return np.transpose(kids[0], a[0])
-    if op == "gather":
-        sel = [np.arange(n) if v is None else np.frombuffer(v, dtype=np.int64) for v, n in zip(a, np.shape(kids[0]))]
-        return kids[0][np.ix_(*sel)]
-    if op == "cat":
-        return np.concatenate(kids, axis=a[0])
-    if op == "add_const":
-        return kids[0] + float(a[0])
-    if op == "lin":
-        return sum(float(c) * k for c, k in zip(a, kids))
-    if op in _COMPARE and len(term.children) >= 1:
-        return _COMPARE[op](*_template_args(a, kids))
-    if op == "logical_not":
-        return np.logical_not(kids[0])
-    return None
-
-
-def finite_form(terms: TermStore, t: int, memo: dict | None = None) -> bool:
-    """Whether a term is finite for all finite inputs (linear ops and contractions of inputs)."""
-    memo = {} if memo is None else memo
-    if t not in memo:
-        term = terms[t]
-        if term.op == "const":
-            ok = bool(np.isfinite(np.frombuffer(term.attrs[2], dtype=np.dtype(term.attrs[0]))).all())
-        else:
-            ok = term.op in FINITE_OPS and all(finite_form(terms, c, memo) for c in term.children)
-        memo[t] = ok
-    return memo[t]
-
-
-def unmasked(terms: TermStore, s: int):
-    """Boolean array (broadcast to the shape of `s`): where the score term is a finite
-    number rather than a masked -inf; None when not known."""
-    term = terms[s]
-    if finite_form(terms, s):
-        return np.ones(term.shape, dtype=bool)
-    if term.op == "where" and len(term.children) == 2 and len(term.attrs) == 4:
-        mask, x = term.children
-        if not finite_form(terms, x):
-            return None
-        m = const_value(terms, mask)
-        if m is None:
-            return None
-        if term.attrs[:3] == ("$", NEG_INF, "$"):
-            keep = ~m.astype(bool)
-        elif term.attrs[:3] == ("$", "$", NEG_INF):
-            keep = m.astype(bool)
-        else:
-            return None
-        return np.broadcast_to(keep, term.shape)
-    return None
-
-
-def _key_set(n: int, keys) -> np.ndarray:
-    inside = np.zeros(n, dtype=bool)
-    inside[np.arange(n) if keys is None else keys] = True
-    return inside
-
-
-def row_facts(terms: TermStore, s: int, keys):
-    """(some key of K is unmasked, every key outside K is masked) per row of `s`, or None."""
-    keep = unmasked(terms, s)
-    if keep is None:
-        return None
-    inside = _key_set(terms.shape(s)[-1], keys)
-    return (keep & inside).any(-1), ~(keep & ~inside).any(-1)
-
-
 def finite_rows(terms: TermStore, c: int):
     """Boolean array over c's rows (its shape without the last, size-1 dim): where the shift
-    ``c`` is finite (never +inf or nan anywhere); None when not known."""
+    ``c`` is finite; None when not known."""
+    found = _finite_rows(terms, c)
+    return None if found is None else found[0]
+
+
+def _finite_rows(terms: TermStore, c: int):
+    """(where `c` is finite, whether c is -inf wherever it is not finite) or None. A max or
+    log-sum-exp of scores is finite or -inf; so are their maxes and logaddexps, finite where
+    one operand is; a linear form is finite where all its parts are (elsewhere it may be nan)."""
     term = terms[c]
     nd = len(term.shape)
     if term.op == "amax" and len(term.attrs) == 3 and term.attrs[:2] == ((nd - 1,), True):
         s = term.children[0]
         keys = None if term.attrs[2] is None else np.frombuffer(term.attrs[2][0], dtype=np.int64)
         facts = row_facts(terms, s, keys)
-        return None if facts is None else facts[0]
+        return None if facts is None else (facts[0], True)
     lse = lse_form(terms, c)
     if lse is not None:
         facts = row_facts(terms, *lse)
-        return None if facts is None else facts[0]
+        return None if facts is None else (facts[0], True)
     if term.op in ("maximum", "logaddexp", "lin") and term.children \
             and all(terms.shape(k) == term.shape for k in term.children):
-        parts = [finite_rows(terms, k) for k in term.children]
+        parts = [_finite_rows(terms, k) for k in term.children]
         if any(p is None for p in parts):
             return None
-        # max / logaddexp of values in {finite, -inf}: finite where one is; a sum: where all are
-        return np.logical_or.reduce(parts) if term.op != "lin" else np.logical_and.reduce(parts)
+        if term.op == "lin":
+            return np.logical_and.reduce([p[0] for p in parts]), False
+        if not all(p[1] for p in parts):  # an operand that may be nan: the max may be nan
+            return None
+        return np.logical_or.reduce([p[0] for p in parts]), True
     return None
-
-
-def _local(terms: TermStore, t: int, vecs, nd: int):
-    """A constant term's values at the positions `vecs` (right-aligned to `nd` dims)."""
-    value = const_value(terms, t)
-    if value is None:
-        return None
-    idx = [np.arange(n) if v is None else np.asarray(v) for v, n in zip(vecs, value.shape)]
-    local = value[np.ix_(*idx)] if idx else value
-    return local.reshape((1,) * (nd - local.ndim) + local.shape)
-
-
-def masked_scores(terms: TermStore, x: Val, mask: Val):
-    """``masked_fill(x, mask, -inf)`` as ``Val(where(M, -inf, X), x.vecs)`` for a where-term
-    over the same X whose constant mask M has, at x's positions, the values `mask` has at its
-    own: equal elementwise, so the same value. None when there is no such term."""
-    nd = len(x.vecs)
-    here = _local(terms, mask.t, mask.vecs, nd)
-    if here is None or here.ndim > nd:
-        return None
-    for w in terms.of_op("where"):
-        term = terms[w]
-        if term.attrs[:3] != ("$", NEG_INF, "$") or len(term.children) != 2 or term.children[1] != x.t:
-            continue
-        m = term.children[0]
-        ms = terms.shape(m)
-        if len(ms) > nd or any(a not in (1, b) for a, b in zip(ms, terms.shape(x.t)[nd - len(ms):])):
-            continue
-        vecs = tuple(None if ms[k] == 1 else x.vecs[nd - len(ms) + k] for k in range(len(ms)))
-        there = _local(terms, m, vecs, nd)
-        if there is None:
-            continue
-        try:
-            shape = np.broadcast_shapes(here.shape, there.shape, tuple(len(v) if v is not None else n
-                                                                       for v, n in zip(x.vecs, terms.shape(x.t))))
-        except ValueError:
-            continue
-        if np.array_equal(np.broadcast_to(here.astype(bool), shape), np.broadcast_to(there.astype(bool), shape)):
-            return Val(w, x.vecs)
-    return None
-
-
-def _held(arr: np.ndarray, vecs) -> bool:
-    idx = [np.arange(n) if v is None else np.asarray(v) for v, n in zip(vecs, arr.shape)]
-    return bool(arr[np.ix_(*idx)].all()) if all(len(i) for i in idx) else True
 
 
 # ---------------------------------------------------------------- recognizers
@@ -373,7 +229,7 @@ def _target(terms: TermStore, form: dict) -> int:
 
 
 def _union(k1, k2, n: int):
-    a, b = _key_set(n, k1), _key_set(n, k2)
+    a, b = key_set(n, k1), key_set(n, k2)
     if (a & b).any():
         return False, None
     u = np.flatnonzero(a | b).astype(np.int64)
@@ -387,8 +243,8 @@ def _covered(terms: TermStore, form: dict, vecs) -> bool:
     """On the rows `vecs` holds: the shift is finite, K has an unmasked key, none outside K."""
     fin = finite_rows(terms, form["c"])
     facts = row_facts(terms, form["S"], form["keys"])
-    return fin is not None and facts is not None and _held(fin, vecs) and _held(facts[0], vecs) \
-        and _held(facts[1], vecs)
+    return fin is not None and facts is not None and held_rows(fin, vecs) and held_rows(facts[0], vecs) \
+        and held_rows(facts[1], vecs)
 
 
 def _form(terms: TermStore, t: int):
@@ -418,7 +274,7 @@ def rescaled(terms: TermStore, val: Val):
             continue
         f_old, f_new = finite_rows(terms, form["c"]), finite_rows(terms, c_new)
         rows = val.vecs[:-1]
-        if f_old is None or f_new is None or not (_held(f_old, rows) and _held(f_new, rows)):
+        if f_old is None or f_new is None or not (held_rows(f_old, rows) and held_rows(f_new, rows)):
             continue
         return Val(_rebuild(terms, form, _shift_to(terms, form, c_new), form["keys"]), val.vecs)
     return None
@@ -507,8 +363,6 @@ def normal_form(terms: TermStore, val):
     return val if done is None else done
 
 
-
-
 # ---------------------------------------------------------------- legitimate intermediates
 
 
@@ -562,7 +416,7 @@ class State:
         return self.role
 
     def overlaps(self, other: "State", n: int) -> bool:
-        return bool((_key_set(n, self.keys) & _key_set(n, other.keys)).any())
+        return bool((key_set(n, self.keys) & key_set(n, other.keys)).any())
 
 
 def _scores(terms: TermStore, c: int, known):

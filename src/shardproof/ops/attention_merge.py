@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..algebra.layout import Val
-from ..algebra.online_softmax import masked_scores, normal_form
+from ..algebra.online_softmax import normal_form
+from ..algebra.softmax_rows import masked_scores
 from .common import elementwise_op
 from .registry import post_rule
 
