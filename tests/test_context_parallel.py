@@ -1,23 +1,24 @@
-"""Context parallelism (issue 18): ring attention (plain, causal, load-balanced causal, and the
-log-sum-exp merge) over batch_isend_irecv, and Ulysses (all_to_all sequence <-> heads), against
-single-device softmax attention; and four ring-attention bugs (online-softmax rescale missing,
-LSE merge wrong, ring step direction reversed, causal mask offset wrong on one rank).
+"""Context parallelism (issue 18): ring attention (plain, causal, load-balanced causal, the
+log-sum-exp merge, and a correct-but-odd fixed shift) over batch_isend_irecv, and Ulysses
+(all_to_all sequence <-> heads), against single-device softmax attention; and six
+ring-attention bugs (online-softmax rescale missing, LSE merge wrong, ring step direction
+reversed, causal mask offset wrong on one rank, a key block merged twice, acc divided by the
+previous step's sum).
 
 Every program pair is labelled by running it on a real gloo group (tests/gloo.py): correct ones
-agree with the single device to float32 rounding, bugs differ. The engine has no lemma for the
-online-softmax merge yet: correct programs come back unknown naming the op where relations stop
-(never verified, never a violation) -- Ulysses over list all_to_all is proved at cp 2 and 4 --
-bugs come back violations (backed by a numeric difference)
-but located at the first block max rather than the injected node. The proof and the locations are
-pinned by strict xfails (the cases' meta: known_gap / pending). cp2 representatives run in
-``make test``; cp4 and the rest are ``@pytest.mark.sweep``."""
+agree with the single device to float32 rounding, bugs differ. Ring attention is proved by the
+online-softmax merge lemma (algebra/online_softmax.py) and confirmed by execution; Ulysses over
+list all_to_all is proved, over one all_to_all_single buffer it stays unknown (a strict xfail).
+Bugs are violations at the injected node (op, source line, bug class) on exactly the ranks
+that compute wrongly. cp2 representatives run in ``make test``; cp4 and the rest are
+``@pytest.mark.sweep``."""
 import importlib
 import os
 import sys
 
 import pytest
 
-from conftest import ZOO
+from conftest import ROOT, ZOO
 
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
 
@@ -29,12 +30,14 @@ for _d in (CP, os.path.join(CP, "bugs")):
     if _d not in sys.path:
         sys.path.insert(0, _d)
 
-CORRECT = {"cp_ring_attention": "aten.amax", "cp_ring_attention_causal": "aten.amax",
-           "cp_ring_attention_balanced": "aten.amax", "cp_ring_attention_lse": "aten.logsumexp",
-           "cp_ulysses_one_buffer": "aten.view",  # case -> the op where relations stop today
-           "cp_ulysses": None}  # proved
-BUGS = ("cp_ring_rescale_missing", "cp_ring_lse_merge_wrong", "cp_ring_mask_offset", "cp_ring_direction_wrong")
-FAST = {("cp_ring_attention_causal", 2), ("cp_ulysses", 2), ("cp_ring_rescale_missing", 2)}
+CORRECT = {"cp_ring_attention": None, "cp_ring_attention_causal": None, "cp_ring_attention_balanced": None,
+           "cp_ring_attention_lse": None, "cp_ring_attention_fixed_shift": None,
+           "cp_ulysses_one_buffer": "aten.view",  # case -> the op where relations stop today (None: proved)
+           "cp_ulysses": None}
+BUGS = ("cp_ring_rescale_missing", "cp_ring_lse_merge_wrong", "cp_ring_mask_offset", "cp_ring_direction_wrong",
+        "cp_ring_block_twice", "cp_ring_stale_sum")
+FAST = {("cp_ring_attention_causal", 2), ("cp_ulysses", 2), ("cp_ring_rescale_missing", 2),
+        ("cp_ring_attention_fixed_shift", 2), ("cp_ring_stale_sum", 2)}
 TOL = 1e-5  # float32 rounding of a different summation order
 
 
@@ -87,33 +90,34 @@ def test_correct_program_agrees_on_gloo_and_is_never_refuted(name, world):
         assert f"op {CORRECT[name]})" in r.reason, r.reason
 
 
-@pytest.mark.parametrize("name,world", _params(n for n in CORRECT if CORRECT[n]))
-@pytest.mark.xfail(strict=True, reason="no online-softmax / log-sum-exp merge lemma yet (stops at the block max "
-                                       "or logsumexp); Ulysses over one all_to_all_single buffer stops at the "
-                                       "5-d view before the all_to_all back")
+@pytest.mark.parametrize("name,world", _params(n for n in CORRECT if CORRECT[n] is None))
 def test_correct_program_verified(name, world):
+    """Proved by the rules and confirmed by running the programs."""
+    r = report(name, world)
+    assert r.status == "verified", r.reason
+    assert not r.findings
+
+
+@pytest.mark.parametrize("name,world", _params(n for n in CORRECT if CORRECT[n]))
+@pytest.mark.xfail(strict=True, reason="Ulysses over one all_to_all_single buffer stops at the 5-d view before "
+                                       "the all_to_all back")
+def test_correct_program_verified_gap(name, world):
     r = report(name, world)
     assert r.status == "verified", r.reason
 
 
 @pytest.mark.parametrize("name,world", _params(BUGS))
-def test_bug_differs_on_gloo_and_is_a_violation(name, world):
-    """Label: the program differs from single-device attention on gloo. Verdict: a violation
-    (a numeric difference backs it), never verified."""
-    assert gloo_difference(name, world) > 1e-2
-    r = report(name, world)
-    assert r.status == "violation", (r.status, r.reason)
-    assert r.findings and r.findings[0].rank
-
-
-@pytest.mark.parametrize("name,world", _params(BUGS))
-@pytest.mark.xfail(strict=True, reason="without the merge lemma the first finding is the first block max "
-                                       "(aten.amax / aten.logsumexp), not the injected node")
 def test_bug_located_at_its_node(name, world):
+    """The first finding: the injected node (name, op, source line), the bug class, and
+    exactly the ranks that compute wrongly (healthy ranks not blamed)."""
     meta = importlib.import_module(name).case(world).meta
     want = list(range(world)) if meta["bug_ranks"] == "all" else meta["bug_ranks"]
     f = report(name, world).findings[0]
-    assert (f.op, f.kind) == (meta["bug_op"], meta["bug"]) and sorted(f.rank) == want, f
+    assert (f.node, f.op, f.kind) == (meta["bug_node"], meta["bug_op"], meta["bug"]) and sorted(f.rank) == want, f
+    path, line = f.source.split(" in ")[0].rsplit(":", 1)
+    with open(path if os.path.isabs(path) else os.path.join(ROOT, path)) as src:
+        assert meta["bug_code"] in src.read().splitlines()[int(line) - 1], f.source
+    assert f.hint
 
 
 def test_ring_direction_bug_is_harmless_at_cp2():

@@ -30,6 +30,7 @@ from shardproof.algebra.terms import TermStore
 from shardproof.frontends.torch_capture import DTYPES
 from shardproof.ir.graph import Node, TensorType
 from shardproof.ops.registry import REGISTRY, RuleCtx, failed_check, load_builtin, run_numerics
+from shardproof.ops.registry import apply_rule as with_post_rules
 from shardproof.relations.spec import Partial, RelationError
 
 load_builtin()
@@ -280,8 +281,8 @@ def apply_rule(d: Draw, terms: TermStore, vals: dict, tensors: dict, args, kwarg
     if reason is not None:  # the engine reports the node unsupported: no claim
         raise Unknown(f"check failed: {reason}")
     try:
-        return REGISTRY[d.op].rule(ctx, *_ir(_map(args, lambda p: vals[p.name])),
-                                   **{k: _ir(v) for k, v in _map(kwargs, lambda p: vals[p.name]).items()})
+        return with_post_rules(REGISTRY[d.op], ctx, _ir(_map(args, lambda p: vals[p.name])),
+                               {k: _ir(v) for k, v in _map(kwargs, lambda p: vals[p.name]).items()})
     except (AssertionError, KeyboardInterrupt):
         raise
     except Exception as exc:  # the engine reports the node unsupported: no claim

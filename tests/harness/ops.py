@@ -5,6 +5,7 @@ from shardproof.ops.registry import REGISTRY, load_builtin
 
 from . import table_casts, table_core, table_misc, table_reduce, table_views  # noqa: F401  (entries register themselves)
 from . import table_vision  # noqa: F401
+from . import table_attention  # noqa: F401
 from .table import ENTRIES  # noqa: F401  (re-exported)
 
 load_builtin()

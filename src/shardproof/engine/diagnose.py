@@ -284,6 +284,9 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
                                         f"it from there, or use all_{op}; check dst (a global rank) against group_dst "
                                         f"(a group rank){where}")
         return "wrong-collective", f"this collective does not produce the single-device value{where}"
+    states = [rel.factor for rel in input_rels if rel is not None and rel.kind == "softmax-state"]
+    if states:
+        return _softmax_merge_class(op, states, rel_sizes(input_rels), where)
     if pieces and op in ("div", "mul") and len(list(node.inputs)) == 1:
         return ("scaling-mismatch",
                 f"a share of a sum (one micro-batch's or one rank's) is rescaled on its own, so the shares no longer "
@@ -343,6 +346,12 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     if mixed_dim is not None:
         return ("wrong-dim", f"this {op} combines elements along dim {mixed_dim}, which the ranks hold in pieces: "
                              f"shard another dim, or gather dim {mixed_dim} before the {op}{where}")
+    if node.op == "aten.masked_fill" and len(node.args) > 2 and node.args[2] == float("-inf") \
+            and input_rels and input_rels[0] is not None and input_rels[0].kind == "held":
+        return ("mask-offset", f"on {on_ranks} this causal mask is built for other query/key positions than the "
+                               f"scores it masks hold (a sequence offset off, or a K/V block received from another "
+                               f"rank than the one the positions assume: the ring step direction): build it from the "
+                               f"positions of the rows and keys actually held{where}")
     if len(ranks) < world:
         return ("rank-specific-mismatch",
                 f"{on_ranks} compute this differently from the others: check per-rank constants "
@@ -350,6 +359,30 @@ def _classify(node: Node, input_rels: list, ranks: list[int], world: int, ratio,
     if ratio is not None:
         return ("scaling-mismatch", f"{ratio_of} is {ratio:g}x the single-device value: check the scale factor{where}")
     return "value-mismatch", f"this {op} does not compute the single-device value from its (correct) inputs{where}"
+
+
+def rel_sizes(input_rels: list) -> int:
+    """The key count of the scores online-softmax states are over (their last dim)."""
+    return next((rel.seq_node.shape[-1] for rel in input_rels if rel is not None and rel.kind == "softmax-state"), 0)
+
+
+def _softmax_merge_class(op: str, states: list, keys: int, where: str) -> tuple[str, str]:
+    """Class and hint of a break where partial online-softmax states meet (ring / flash attention)."""
+    roles = {str(s) for s in states}
+    if roles == {"shift"} and op in ("add", "sub", "mul"):
+        return ("lse-merge-wrong", f"the log-sum-exps (or running maxes) of two key blocks are combined with {op}: merge "
+                                   f"them with logaddexp (log(exp(a) + exp(b))), or torch.maximum for the max{where}")
+    sums = [s for s in states if str(s) == "sum"]
+    if op in ("add", "sub") and len(sums) == 2 and sums[0].shift == sums[1].shift and sums[0].overlaps(sums[1], keys):
+        return ("softmax-block-merged-twice", f"partial softmax sums / accumulators over overlapping key blocks are "
+                                              f"added: a key block is merged twice; merge every block once{where}")
+    if op in ("add", "sub"):
+        return ("softmax-rescale-missing",
+                f"partial softmax sums / accumulators relative to different running maxes are added: rescale each "
+                f"by exp(m_old - m_new) to the common max before adding{where}")
+    return ("softmax-merge-wrong", f"this {op} combines partial online-softmax results (running max, sum, "
+                                   f"accumulator) in a way that is not the softmax over the merged key blocks: "
+                                   f"check the rescaling by exp(m_old - m_new) and the final acc / l{where}")
 
 
 def _constants_differ(node: Node, counterpart: Node | None) -> str:

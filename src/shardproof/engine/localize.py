@@ -106,7 +106,7 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
     # rank's offset may be 0; its elements in order): where a legitimate rank-local
     # intermediate's dataflow relates again
     names = set.intersection(*({n.name for n, rel in st.items()
-                                if rel is not None and rel.kind not in ("const", "local", "scaled", "piece", "packed")
+                                if rel is not None and rel.kind not in ("const", "local", "scaled", "piece", "packed", "softmax-state")
                                 and in_order(rel.positions)} for st in status))
     rescalings = []
     for r, g in enumerate(dist.graphs):

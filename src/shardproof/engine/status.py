@@ -29,7 +29,7 @@ class Related:
     kind: str = "held"  # held | partial | view (a reshape/permute of it) | piece (of a reduction) | scaled | const
     #                     | packed (a concatenation of related tensors)
     #                     | input | local (rank-local index arithmetic, masks, recognized lookup pieces)
-    factor: Optional[object] = None  # scaled: the exact factor times the held value
+    factor: Optional[object] = None  # scaled: the exact factor times the held value; softmax-state: its role
 
     @property
     def exact(self) -> bool:
@@ -42,6 +42,7 @@ class Related:
         if self.kind == "scaled":
             return f"{self.factor} times"
         return {"view": "a view", "const": "a constant", "input": "an input", "piece": "a piece of the reduction",
+                "softmax-state": f"a partial online-softmax {self.factor} over some key blocks",
                 "local": "a rank-local index or piece",
                 "packed": "a concatenation of related tensors", "padded": "held, with zero padding",
                 "padded-lanes": "held, with padding lanes (not zero)"}.get(self.kind, "held")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from ..algebra.layout import Val, full
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
-from ..ops.registry import RuleCtx, failed_check, lookup
+from ..ops.registry import RuleCtx, apply_rule, failed_check, lookup
 from .budget import check as check_budget
 from .lockstep import CollectiveMismatch, resolve, run_lockstep
 from .tables import Tables
@@ -70,7 +70,7 @@ def _evaluator(terms: TermStore, inputs: dict[str, Val], unsupported: list, worl
         kwargs = {k: resolve(v, env) for k, v in node.kwargs.items()}
         ctx = RuleCtx(terms, node, rank, world)
         try:
-            return opdef.rule(ctx, *args, **kwargs)
+            return apply_rule(opdef, ctx, args, kwargs)
         except Exception as exc:  # a rule that cannot handle these arguments: say so, never guess
             unsupported.append(Unsupported(who, node, f"rule for {node.op} failed: {type(exc).__name__}: {exc}"))
             return _opaque(terms, node, who)

@@ -18,6 +18,7 @@ import numpy as np
 from ..algebra.layout import Val, full, shape_of, view_term
 from ..algebra.masks import make_fill
 from ..algebra.poly import same_polynomial
+from ..algebra.online_softmax import partial_state
 from ..algebra.padding import padded_val, real_part, unpadded_positions
 from ..algebra.ranks import COMPLETES, combine
 from ..algebra.terms import TermStore
@@ -109,6 +110,10 @@ class Relater:
         (one micro-batch's or one rank's share of a sum), or such a share scaled or divided
         as the whole is: a legitimate intermediate."""
         whole = self._whole_of(dval.t) if isinstance(dval, Val) else None
+        if whole is None and isinstance(dval, Val):  # a state of an online softmax over known scores
+            state = partial_state(self.terms, dval.t, lambda t: t in self.by_term)
+            return None if state is None else Related(self.by_term[state[0]][0][0], None, kind="softmax-state",
+                                                      factor=state[1])
         return None if whole is None else Related(self.by_term[whole][0][0], None, kind="piece")
 
     def _whole_of(self, t: int) -> Optional[int]:

@@ -36,6 +36,7 @@ def _describe(rel) -> str:
         return f"exactly {rel.factor} times {_held_text(rel)}"
     return {"view": f"a view of {rel.seq_node.name}", "const": "a constant (depends on no input)",
             "input": "an input with no single-device counterpart", "piece": f"a piece of {rel.seq_node.name}",
+            "softmax-state": f"a partial online-softmax {rel.factor} of {rel.seq_node.name}",
             "local": "a rank-local index or piece",
             "packed": f"a concatenation of tensors (one of them {rel.seq_node.name})"}[rel.kind]
 

@@ -70,6 +70,27 @@ def declare(names: str | tuple[str, ...], *, numerics, rule, shape=None, collect
     return opdef
 
 
+POST_RULES: dict[str, list] = {}
+"""op name -> functions ``(ctx, value, args, kwargs) -> value`` applied, in order, to what the op's rule
+returned (normal forms that need the value's layout, not just its term)."""
+
+
+def post_rule(*names: str):
+    def register(fn):
+        for n in names:
+            POST_RULES.setdefault(n, []).append(fn)
+        return fn
+    return register
+
+
+def apply_rule(opdef: OpDef, ctx: RuleCtx, args, kwargs):
+    """The op's rule on resolved arguments, then its post rules."""
+    out = opdef.rule(ctx, *args, **kwargs)
+    for fn in POST_RULES.get(ctx.node.op if ctx.node is not None else opdef.name, ()):
+        out = fn(ctx, out, args, kwargs)
+    return out
+
+
 def failed_check(opdef: OpDef, node) -> str | None:
     """Why the op's rule does not apply to `node` (its declared check), or None."""
     if opdef.check is None:
@@ -107,4 +128,5 @@ def load_builtin() -> None:
         from . import p2p  # noqa: F401
         from . import aten_dynamic, aten_vision  # noqa: F401
         from . import complex_ops  # noqa: F401
+        from . import attention_merge  # noqa: F401
         from ..algebra import lemmas, lemmas_rows, masks, normal, padding  # noqa: F401  (pattern lemmas register themselves)

@@ -85,8 +85,9 @@ class RingAttention(nn.Module):
         s = self.scores(q, k, q_pos, self.positions(self.rank))
         m = s.amax(dim=-1, keepdim=True)
         p = torch.exp(s - m)
-        l = p.sum(dim=-1, keepdim=True)
+        l = prev_l = p.sum(dim=-1, keepdim=True)
         acc = p @ v
+        own = p, v
         owner = self.rank
         for _ in range(1, self.world):
             k, v = self.exchange(k, v)
@@ -94,14 +95,24 @@ class RingAttention(nn.Module):
             if self.causal and not self.balanced and owner > self.rank:
                 continue  # every key of this block is after every query: fully masked, skipped
             s = self.scores(q, k, q_pos, self.positions(owner))
+            if self.bug == "fixed_shift":  # not a bug: every block shifted by the own block's max (any finite bound works)
+                p = torch.exp(s - m)
+                l, acc = l + p.sum(dim=-1, keepdim=True), acc + p @ v
+                continue
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
             p = torch.exp(s - m_new)
             alpha = torch.exp(m - m_new)
             if self.bug == "no_rescale":
                 alpha = torch.ones_like(alpha)  # BUG: the running sum and acc are not rescaled to the new max
+            prev_l = l
             l = l * alpha + p.sum(dim=-1, keepdim=True)
             acc = acc * alpha + p @ v
             m = m_new
+            own = own[0] * alpha, own[1]
+        if self.bug == "block_twice":  # BUG: the own block's (rescaled) share is merged again at the end
+            l, acc = l + own[0].sum(dim=-1, keepdim=True), acc + own[0] @ own[1]
+        if self.bug == "stale_sum":
+            return self.gather(acc / prev_l)  # BUG: divided by the running sum of the step before
         return self.gather(acc / l)
 
     def blocks(self, k, v):

@@ -18,5 +18,4 @@ def case(world_size: int = 2, causal: bool = False, balanced: bool = False, bug:
     return Case(single=Attention(causal),
                 distributed=lambda rank, world: RingAttention(rank, world, causal, balanced, bug, lse_merge),
                 inputs=qkv_inputs(), world_size=world_size, name=name or "cp_ring_attention",
-                meta=meta or {"known_gap": "the online-softmax merge lemma (relations stop at aten.amax, the running max of a key block)",
-                                  "source": "ring attention (Liu et al. 2023); torch context_parallel"})
+                meta=meta or {"source": "ring attention (Liu et al. 2023); torch context_parallel"})

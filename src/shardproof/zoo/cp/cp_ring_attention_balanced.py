@@ -12,5 +12,4 @@ WORLD_SIZES = (2, 4)
 
 def case(world_size: int = 2):
     return ring_case(world_size, causal=True, balanced=True, name="cp_ring_attention_balanced",
-                     meta={"known_gap": "the online-softmax merge lemma (relations stop at aten.amax, the running max of a key block)",
-                           "source": "load-balanced causal ring attention (torch context_parallel, Megatron CP)"})
+                     meta={"source": "load-balanced causal ring attention (torch context_parallel, Megatron CP)"})

@@ -11,5 +11,4 @@ WORLD_SIZES = (2, 4)
 
 def case(world_size: int = 2):
     return ring_case(world_size, causal=True, name="cp_ring_attention_causal",
-                     meta={"known_gap": "the online-softmax merge lemma (relations stop at aten.amax, the running max of a key block)",
-                           "source": "ring attention, causal (Liu et al. 2023); torch context_parallel"})
+                     meta={"source": "ring attention, causal (Liu et al. 2023); torch context_parallel"})

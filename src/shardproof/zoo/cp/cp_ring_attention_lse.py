@@ -12,5 +12,4 @@ WORLD_SIZES = (2, 4)
 
 def case(world_size: int = 2):
     return ring_case(world_size, causal=True, lse_merge=True, name="cp_ring_attention_lse",
-                     meta={"known_gap": "the log-sum-exp merge lemma (relations stop at aten.logsumexp of a key block)",
-                           "source": "ring attention with the log-sum-exp merge (torch context_parallel)"})
+                     meta={"source": "ring attention with the log-sum-exp merge (torch context_parallel)"})

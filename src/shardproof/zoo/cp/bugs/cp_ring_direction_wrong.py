@@ -10,7 +10,6 @@ WORLD_SIZES = (4,)
 
 def case(world_size: int = 4):
     return ring_case(world_size, causal=True, bug="ring_direction", name="cp_ring_direction_wrong",
-                     meta={"pending": "the online-softmax merge lemma (until then the finding stops at the first block max)",
-                           "source": "ring step direction wrong (recv from the wrong neighbour)",
-                           "bug": "value-mismatch", "bug_node": "masked_fill", "bug_op": "aten.masked_fill",
-                           "bug_ranks": [1, 2]})
+                     meta={"source": "ring step direction wrong (recv from the wrong neighbour)",
+                           "bug": "mask-offset", "bug_node": "masked_fill_1", "bug_op": "aten.masked_fill",
+                           "bug_ranks": [1, 2], "bug_code": "s.masked_fill("})

@@ -8,6 +8,5 @@ WORLD_SIZES = (2, 4)
 
 def case(world_size: int = 2):
     return ring_case(world_size, bug="lse_add", lse_merge=True, name="cp_ring_lse_merge_wrong",
-                     meta={"pending": "the online-softmax merge lemma (until then the finding stops at the first block max)",
-                           "source": "LSE merge wrong: lse + lse_j for logaddexp (ring attention)",
-                           "bug": "value-mismatch", "bug_node": "add", "bug_op": "aten.add", "bug_ranks": "all"})
+                     meta={"source": "LSE merge wrong: lse + lse_j for logaddexp (ring attention)",
+                           "bug": "lse-merge-wrong", "bug_node": "add_3", "bug_op": "aten.add", "bug_ranks": "all", "bug_code": "new = lse + lse_j"})

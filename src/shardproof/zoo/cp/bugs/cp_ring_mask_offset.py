@@ -8,7 +8,6 @@ WORLD_SIZES = (2, 4)
 
 def case(world_size: int = 2):
     return ring_case(world_size, causal=True, bug="mask_offset", name="cp_ring_mask_offset",
-                     meta={"pending": "the online-softmax merge lemma (until then the finding stops at the first block max)",
-                           "source": "causal mask offset wrong on one rank (context parallelism)",
-                           "bug": "rank-specific-mismatch", "bug_node": "masked_fill", "bug_op": "aten.masked_fill",
-                           "bug_ranks": [1]})
+                     meta={"source": "causal mask offset wrong on one rank (context parallelism)",
+                           "bug": "mask-offset", "bug_node": "masked_fill", "bug_op": "aten.masked_fill",
+                           "bug_ranks": [1], "bug_code": "s.masked_fill("})

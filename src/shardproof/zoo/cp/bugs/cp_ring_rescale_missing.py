@@ -9,6 +9,5 @@ WORLD_SIZES = (2, 4)
 
 def case(world_size: int = 2):
     return ring_case(world_size, bug="no_rescale", name="cp_ring_rescale_missing",
-                     meta={"pending": "the online-softmax merge lemma (until then the finding stops at the first block max)",
-                           "source": "online-softmax rescale missing (ring/flash attention merge)",
-                           "bug": "value-mismatch", "bug_node": "mul_2", "bug_op": "aten.mul", "bug_ranks": "all"})
+                     meta={"source": "online-softmax rescale missing (ring/flash attention merge)",
+                           "bug": "softmax-rescale-missing", "bug_node": "add_3", "bug_op": "aten.add", "bug_ranks": "all", "bug_code": "l = l * alpha + p.sum"})
