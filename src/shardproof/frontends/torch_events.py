@@ -312,8 +312,9 @@ def recording(recorder: Recorder):
         for module in (dist, c10d):
             saved[(module, name)] = getattr(module, name)
             setattr(module, name, wrapped)
+    from .torch_pipelining import static_pipelining
     try:
-        with _Accesses(recorder):
+        with _Accesses(recorder), static_pipelining():
             yield recorder
     finally:
         for (module, name), fn in saved.items():

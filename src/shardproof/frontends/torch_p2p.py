@@ -193,12 +193,15 @@ _ORIGINAL = {name: getattr(c10d, name) for name in _P2P}
 @contextlib.contextmanager
 def functional_p2p():
     """Route the P2P ops (``torch.distributed`` and its c10d module, which ``P2POp`` checks
-    its op against) to dataflow ops while tracing."""
+    its op against) to dataflow ops while tracing; ``torch.distributed.pipelining``'s
+    schedules with their warm-up vote decided locally (:mod:`.torch_pipelining`)."""
+    from .torch_pipelining import static_pipelining
     saved = [(m, name, getattr(m, name)) for m in (dist, c10d) for name in _P2P if hasattr(m, name)]
     try:
         for m, name, _ in saved:
             setattr(m, name, _P2P[name])
-        yield
+        with static_pipelining():
+            yield
     finally:
         for m, name, fn in saved:
             setattr(m, name, fn)
