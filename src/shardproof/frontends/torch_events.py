@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..ir.events import ACCESS, ISSUE, WAIT, Buffer, Event, RankEvents, signature
+from ..ir.events import ACCESS, ISSUE, RELEASE, SAVE, WAIT, Buffer, Event, RankEvents, signature
 from .torch_capture import innermost_user_frame
 from .torch_collectives import COLLECTIVE_PREFIXES
 
@@ -133,6 +133,9 @@ class Recorder:
         self._params = {name: tuple(inspect.signature(getattr(c10d, name)).parameters) for name in _OPS
                         if hasattr(c10d, name)}
         self._handles = 0
+        self.communicated: set = set()  # storages a c10d op has read or written
+        self._saves = 0
+        self.saved_live: set = set()  # numbers of the saved tensors whose backward has not run
 
     def _add(self, kind: str, **fields) -> Event:
         e = Event(rank=self.out.rank, index=len(self.out.events), kind=kind, line=fields.pop("line", None) or _line(), **fields)
@@ -145,6 +148,7 @@ class Recorder:
         writes = tuple(b for name in writes_from for b in _buffers(args.get(name)))
         for name in reads_from + writes_from:
             self.keep.extend(_tensors(args.get(name)))
+        self.communicated.update(b.storage for b in reads + writes)
         g, name, ranks = _group(args.get("group"))
         peer = tag = None
         if op in _P2P:
@@ -180,6 +184,29 @@ class Recorder:
         sig = signature(op, _functional_reduce(args, name), _dtype(first[0]) if first else None,
                         first[0].numel() if first else None)
         self._add(ISSUE, op=op, group=name, reads=reads, ranks=group_ranks(name), signature=sig)
+
+    def pack(self, t):
+        """autograd saves `t` for backward: a SAVE event where a c10d op has used its storage
+        (a receive buffer the forward reads); what the hook keeps is (number, t)."""
+        try:
+            ours = not self.quiet and t.untyped_storage().data_ptr() in self.communicated
+        except Exception:  # noqa: BLE001  (no storage: subclasses)
+            ours = False
+        buf = buffer_of(t) if ours else None
+        if buf is None:
+            return None, t
+        self._saves += 1
+        self.saved_live.add(self._saves)
+        self.keep.append(t)
+        self._add(SAVE, op="saved for backward", reads=(buf,), handle=self._saves)
+        return self._saves, t
+
+    def unpack(self, packed):
+        number, t = packed
+        if number in self.saved_live:
+            self.saved_live.discard(number)
+            self._add(RELEASE, op="used by backward", handle=number)
+        return t
 
     def waited(self, handle: int) -> None:
         self.inflight.pop(handle, None)
@@ -314,7 +341,8 @@ def recording(recorder: Recorder):
             setattr(module, name, wrapped)
     from .torch_pipelining import static_pipelining
     try:
-        with _Accesses(recorder), static_pipelining():
+        with _Accesses(recorder), static_pipelining(), \
+                torch.autograd.graph.saved_tensors_hooks(recorder.pack, recorder.unpack):
             yield recorder
     finally:
         for (module, name), fn in saved.items():

@@ -149,14 +149,17 @@ def _peer(group, peer, group_peer) -> int:
 
 def _issue(op: str, tensor: Tensor, peer: int, tag: int, async_op: bool, group=None):
     handle = next(_recorder.handles) if (async_op and _recorder) else None
-    ASYNC_ISSUED[0] += async_op  # its buffers' uses matter: the temporal checks run the rank eagerly
+    # its buffers' uses matter (a recv's: autograd may have saved it): the temporal checks run the rank eagerly
+    ASYNC_ISSUED[0] += async_op or op == "recv"
     _record(ISSUE, op, tensor, peer, tag, handle, group)
     # on the wire a tensor is its elements in order (c10d checks count and dtype, not shape):
     # a recv into a buffer of another shape with as many elements reads them in that shape
     if op.endswith("send"):
         torch.ops.shardproof_p2p.send(tensor.reshape(-1), peer, tag)
     else:
-        tensor.copy_(torch.ops.shardproof_p2p.recv(tensor.reshape(-1), peer, tag).view(tensor.shape))
+        # c10d writes the buffer without bumping its version: autograd does not see the write
+        with torch.autograd._unsafe_preserve_version_counter(tensor):
+            tensor.copy_(torch.ops.shardproof_p2p.recv(tensor.reshape(-1), peer, tag).view(tensor.shape))
     return P2PWork(handle) if async_op else None
 
 
