@@ -157,8 +157,8 @@ def _issue(op: str, tensor: Tensor, peer: int, tag: int, async_op: bool, group=N
     if op.endswith("send"):
         torch.ops.shardproof_p2p.send(tensor.reshape(-1), peer, tag)
     else:
-        # c10d writes the buffer without bumping its version: autograd does not see the write
-        with torch.autograd._unsafe_preserve_version_counter(tensor):
+        # c10d writes the buffer outside autograd, without bumping its version: autograd does not see the write
+        with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(tensor):
             tensor.copy_(torch.ops.shardproof_p2p.recv(tensor.reshape(-1), peer, tag).view(tensor.shape))
     return P2PWork(handle) if async_op else None
 

@@ -84,18 +84,19 @@ class PipelineTraining(nn.Module):
 
     # ---- P2P, Megatron's p2p_communication: one batch_isend_irecv per exchange
 
-    def exchange(self, send_next=None, send_prev=None, recv_next=None, recv_prev=None):
-        """Send/receive with the neighbouring stages in one batch; returns the receive buffers."""
-        ops, bufs = [], {}
+    def exchange(self, send_next=None, send_prev=None, recv_next=None, recv_prev=None, buffers=None):
+        """Send/receive with the neighbouring stages in one batch; returns the receive buffers
+        (fresh ones, or `buffers` by direction "prev"/"next" where given)."""
+        ops, bufs = [], dict(buffers or {})
         if send_prev is not None:
             ops.append(dist.P2POp(dist.isend, send_prev.contiguous(), self.prev_rank()))
         if recv_prev is not None:
-            bufs["prev"] = torch.empty(recv_prev)
+            bufs.setdefault("prev", torch.empty(recv_prev))
             ops.append(dist.P2POp(dist.irecv, bufs["prev"], self.prev_rank()))
         if send_next is not None:
             ops.append(dist.P2POp(dist.isend, send_next.contiguous(), self.next_rank()))
         if recv_next is not None:
-            bufs["next"] = torch.empty(recv_next)
+            bufs.setdefault("next", torch.empty(recv_next))
             ops.append(dist.P2POp(dist.irecv, bufs["next"], self.next_rank()))
         if ops:
             for work in dist.batch_isend_irecv(ops):
