@@ -58,6 +58,8 @@ def stages_of(rank: int, pp: int, schedule: str) -> list[int]:
 class ScheduledPipeline(nn.Module):
     """One rank of a ``torch.distributed.pipelining`` training step over `full` (a Stack)."""
 
+    scale_grads = True  # the schedule divides the accumulated gradients by the microbatch count
+
     def __init__(self, full: Stack, rank: int, world: int, schedule: str, microbatches: int = MICROBATCHES):
         super().__init__()
         self.layers = full.layers
@@ -85,7 +87,8 @@ class ScheduledPipeline(nn.Module):
         example = inputs["x"].chunk(self.microbatches)[0]
         stages = [self.make_stage(s, example) for s in mine]
         cls = getattr(schedules, SCHEDULES[self.schedule][0])
-        sched = cls(stages if len(stages) > 1 else stages[0], n_microbatches=self.microbatches, loss_fn=mse)
+        sched = cls(stages if len(stages) > 1 else stages[0], n_microbatches=self.microbatches, loss_fn=mse,
+                    scale_grads=self.scale_grads)
         losses = []
         args = (inputs["x"],) if 0 in mine else ()
         target = inputs["target"] if self.n_stages - 1 in mine else None
