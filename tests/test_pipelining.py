@@ -46,7 +46,7 @@ def test_pipelining_mlp_pp2_verified(schedule):
 
 def test_pipelining_grads_not_scaled_is_a_violation_at_a_stage():
     """The schedule told not to scale gradients (``scale_grads=False``) with a mean loss per
-    microbatch: every gradient is 4x too large (gloo: 'wrong'); found on a stage, microbatch named."""
+    microbatch: every gradient is 4x too large (gloo: 'wrong'); found at a rank's node."""
     module = importlib.import_module("pp_schedules")
     _, report = _verify(module.case(2, "1f1b", model=Unscaled), 2)
     assert report.status == "violation"
@@ -55,7 +55,14 @@ def test_pipelining_grads_not_scaled_is_a_violation_at_a_stage():
 
 
 class Unscaled(importlib.import_module("pp_schedules").ScheduledPipeline):
+    """BUG: a mean loss per microbatch with the schedule told not to scale the gradients."""
     scale_grads = False
+
+    def loss_fn(self, inputs):
+        return importlib.import_module("pp_schedules").mse
+
+    def total_loss(self, losses):
+        return sum(losses) / len(losses)
 
 
 # ---------------------------------------------------------------- recv into a buffer autograd saved

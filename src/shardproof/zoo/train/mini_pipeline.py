@@ -157,6 +157,10 @@ class PipelineTraining(nn.Module):
     def accumulate(self, grads, new):
         return {n: g if n not in grads else grads[n] + g for n, g in new.items()}
 
+    def all_reduce_tokens(self, inputs):
+        """The global token count (the loss's normaliser): the dp replicas' masks summed."""
+        return all_reduce(inputs["mask"].sum(), self.mesh.dp_group)
+
     def reduce_gradients(self, grads):
         return {n: all_reduce(g, self.mesh.dp_group) for n, g in grads.items()}
 
@@ -165,7 +169,7 @@ class PipelineTraining(nn.Module):
     def run_schedule(self, params, inputs, train):
         self.microbatches = split_microbatches(inputs, train.microbatches)
         self.saved, self.grads = [], {}
-        total_tokens = all_reduce(inputs["mask"].sum(), self.mesh.dp_group)
+        total_tokens = self.all_reduce_tokens(inputs)
         shape, m, stage = tuple(self.microbatches[0]["x"].shape), train.microbatches, self.mesh.stage
         warmup = min(self.mesh.pp - stage - 1, m)
         losses = []
@@ -194,8 +198,12 @@ class PipelineTraining(nn.Module):
         loss = sum(o.detach() for o in losses) if self.last else torch.zeros(())
         return loss, self.reduce_gradients(self.grads)
 
+    def owned_layers(self, stage: int) -> list[int]:
+        """The blocks whose parameters stage `stage`'s ranks own (their gradients come from there)."""
+        return self.stage_layers(stage)
+
     def stage_params(self) -> dict:
-        owned = {f"layers.{i}." for i in self.stage_layers(self.mesh.stage)}
+        owned = {f"layers.{i}." for i in self.owned_layers(self.mesh.stage)}
         return {n: p for n, p in self.named_parameters() if any(n.startswith(o) for o in owned)}
 
     def publish(self, loss, grads):
@@ -203,7 +211,7 @@ class PipelineTraining(nn.Module):
         out = {}
         for stage in range(self.mesh.pp):
             src = self.mesh.rank_of(stage)
-            for n in [n for n, _ in self.named_parameters() if int(n.split(".")[1]) in self.stage_layers(stage)]:
+            for n in [n for n, _ in self.named_parameters() if int(n.split(".")[1]) in self.owned_layers(stage)]:
                 g = grads[n].clone() if stage == self.mesh.stage else torch.zeros_like(dict(self.named_parameters())[n])
                 dist.broadcast(g, src=src, group=self.mesh.pp_group)
                 out[n] = g

@@ -87,8 +87,8 @@ class ScheduledPipeline(nn.Module):
         example = inputs["x"].chunk(self.microbatches)[0]
         stages = [self.make_stage(s, example) for s in mine]
         cls = getattr(schedules, SCHEDULES[self.schedule][0])
-        sched = cls(stages if len(stages) > 1 else stages[0], n_microbatches=self.microbatches, loss_fn=mse,
-                    scale_grads=self.scale_grads)
+        sched = cls(stages if len(stages) > 1 else stages[0], n_microbatches=self.microbatches,
+                    loss_fn=self.loss_fn(inputs), scale_grads=self.scale_grads)
         losses = []
         args = (inputs["x"],) if 0 in mine else ()
         target = inputs["target"] if self.n_stages - 1 in mine else None
@@ -99,12 +99,29 @@ class ScheduledPipeline(nn.Module):
         self.zero_grad(set_to_none=True)  # the schedule accumulates into .grad (optimizer.zero_grad())
         losses = self.run_schedule(inputs)
         last = self.owner(self.n_stages - 1)
-        loss = (sum(losses) / len(losses)).detach() if self.rank == last else torch.zeros(())
+        loss = self.total_loss(losses).detach() if self.rank == last else torch.zeros(())
         return {"loss": publish_loss(loss, last), "grads": publish_grads(self, self.owner_of_param)}
+
+    def loss_fn(self, inputs):
+        """The schedule's loss of one microbatch: its mean, the schedule scaling the gradients
+        by 1/microbatches (``scale_grads``); or, not scaled, its sum over the whole batch's
+        element count (the schedules' two documented forms)."""
+        if self.scale_grads:
+            return mse
+        count = inputs["target"].numel()
+        return lambda out, target: ((out - target) ** 2).sum() / count
+
+    def total_loss(self, losses):
+        return sum(losses) / len(losses) if self.scale_grads else sum(losses)
 
     def owner_of_param(self, name: str) -> int:
         layer = int(name.split(".")[1])
         return self.owner(next(s for s in range(self.n_stages) if layer in self.stage_layers(s)))
+
+
+class SummedLoss(ScheduledPipeline):
+    """The loss of each microbatch normalised by the whole batch, gradients not scaled."""
+    scale_grads = False
 
 
 def publish_grads(module: nn.Module, owner_of, group=None) -> dict:
