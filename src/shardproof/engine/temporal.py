@@ -286,4 +286,8 @@ def apply_to_report(report, ranks: list) -> None:
     if report.status != "violation":
         report.status, report.reason = "violation", ""
         report.findings = []
-    report.findings.extend(result.findings)
+    # a saved buffer overwritten changes the values the backward computes: the relational
+    # findings downstream are its effect, so it comes first
+    causes = [f for f in result.findings if f.kind == "saved-buffer-overwritten"]
+    report.findings[:0] = causes
+    report.findings.extend(f for f in result.findings if f not in causes)

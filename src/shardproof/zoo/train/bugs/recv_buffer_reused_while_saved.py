@@ -61,4 +61,8 @@ def case(world_size: int = 2, fresh: bool = False) -> Case:
     return Case(single=Single(w), distributed=lambda rank, world: RecvIntoOneBuffer(w, rank, fresh),
                 inputs={"x": torch.randn(4, 4), "target": torch.randn(4, 3)}, world_size=world_size, train=TWO,
                 name=name, meta={"source": "c10d recv into a buffer autograd saved (issue 18)",
-                                 "bug": None if fresh else "saved-buffer-overwritten"})
+                                 **({} if fresh else BUG)})
+
+
+BUG = {"bug": "saved-buffer-overwritten", "bug_node": "recv_1", "bug_op": "c10d.recv", "bug_ranks": [1],
+       "bug_source": "recv_buffer_reused_while_saved.py:47", "hint": "fresh buffer"}
