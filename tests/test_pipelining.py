@@ -46,12 +46,15 @@ def test_pipelining_mlp_pp2_verified(schedule):
 
 def test_pipelining_grads_not_scaled_is_a_violation_at_a_stage():
     """The schedule told not to scale gradients (``scale_grads=False``) with a mean loss per
-    microbatch: every gradient is 4x too large (gloo: 'wrong'); found at a rank's node."""
+    microbatch: every gradient is 4x too large (gloo: 'wrong'); found at the loss, stage and
+    microbatch named."""
     module = importlib.import_module("pp_schedules")
     _, report = _verify(module.case(2, "1f1b", model=Unscaled), 2)
     assert report.status == "violation"
     f = report.findings[0]
-    assert f.kind == "rank-specific-mismatch" and f.rank, f
+    # at the loss's gradient on the last stage (rank 1), its first microbatch: the schedule's marks
+    assert f.kind == "rank-specific-mismatch" and f.rank == [1] and (f.stage, f.microbatch) == (1, 0), f
+    assert "in mse" in f.source and "pipeline stage 1, microbatch 0" in f.message, (f.source, f.message)
 
 
 class Unscaled(importlib.import_module("pp_schedules").ScheduledPipeline):
