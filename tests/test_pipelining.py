@@ -104,6 +104,20 @@ def test_mini_interleaved_1f1b_verified(interleaved):
     assert first == [("isend", 0, 0), ("isend", 0, 1), ("irecv", 2, 0)]  # warm-up: two forwards, then chunk 1
 
 
+@pytest.mark.sweep
+def test_mini_interleaved_1f1b_llama_verified():
+    """Four Llama blocks, one per virtual stage, Megatron's interleaved 1F1B at pp2."""
+    from llama_block import LlamaBlock
+    from mini_interleaved import InterleavedPipelineTraining
+    case = importlib.import_module("pipeline_mlp_1f1b").case(
+        2, model=InterleavedPipelineTraining, name="pipeline_llama_interleaved_1f1b",
+        blocks=lambda: [LlamaBlock(16, 4, 2, 32) for _ in range(4)],
+        batch=lambda: importlib.import_module("mini_pipeline").regression_batch(4, 4, 16))
+    _, report = _verify(case, 2)
+    assert report.status == "verified", (report.reason, report.findings[:1])
+    assert report.temporal["checked"] and report.temporal["findings"] == 0, report.temporal
+
+
 # ---------------------------------------------------------------- recv into a buffer autograd saved
 
 def _recv_case(name, world, fresh):
@@ -181,3 +195,10 @@ LABELS = [(_schedule_case(s), 2, "correct", s) for s in SCHEDULES] + [
 @pytest.mark.parametrize("make,world,label,name", LABELS, ids=[x[-1] for x in LABELS])
 def test_gloo_labels(make, world, label, name):
     assert _gloo_label(make, world) == label
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_gloo_labels_llama(schedule):
+    """The Llama cases run by PyTorch's schedules on gloo: the whole model's gradients."""
+    assert _gloo_label(lambda: importlib.import_module("pp_llama_schedules").case(2, schedule), 2) == "correct"
