@@ -125,8 +125,9 @@ class _Handle:
 class Recorder:
     """Collects one rank's events (see the module doc)."""
 
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, saved: bool = False):
         self.out = RankEvents(rank)
+        self.track_saved = saved  # follow what autograd saves (a training step: its backward runs)
         self.quiet = 0  # >0 while inside a recorded c10d call (its own ops are not the user's)
         self.inflight: dict[int, tuple] = {}  # handle -> the async op's buffers
         self.keep: list = []  # tensors of issued ops stay alive, so storage addresses stay unique
@@ -341,18 +342,20 @@ def recording(recorder: Recorder):
             setattr(module, name, wrapped)
     from .torch_pipelining import static_pipelining
     try:
-        with _Accesses(recorder), static_pipelining(), \
-                torch.autograd.graph.saved_tensors_hooks(recorder.pack, recorder.unpack):
+        with _Accesses(recorder), static_pipelining(), (
+                torch.autograd.graph.saved_tensors_hooks(recorder.pack, recorder.unpack) if recorder.track_saved
+                else contextlib.nullcontext()):
             yield recorder
     finally:
         for (module, name), fn in saved.items():
             setattr(module, name, fn)
 
 
-def record_events(fn: Callable[[], Any], rank: int) -> RankEvents:
+def record_events(fn: Callable[[], Any], rank: int, saved: bool = False) -> RankEvents:
     """Run ``fn()`` (the rank's program, on an initialised process group) and return its
-    events; the tensors it returns are read after it returns (the caller uses them)."""
-    recorder = Recorder(rank)
+    events; the tensors it returns are read after it returns (the caller uses them). With
+    `saved` (a training step), the tensors autograd saves for backward are followed too."""
+    recorder = Recorder(rank, saved)
     with recording(recorder):
         out = fn()
         returned = _buffers(list(_flat_outputs(out)))
@@ -392,7 +395,8 @@ def step_events(program: Any, data: dict, train, rank: int) -> RankEvents:
         copies = {n: t.detach().clone().requires_grad_(t.requires_grad)
                   for n, t in list(program.named_parameters()) + list(program.named_buffers())}
         with _reparametrize_module(program, copies):
-            return record_events(lambda: _step(program, data, train, lambda m, *a: m.train_step(*a)), rank)
+            return record_events(lambda: _step(program, data, train, lambda m, *a: m.train_step(*a)), rank,
+                                 saved=True)
     except Exception as exc:  # noqa: BLE001
         return _not_run(rank, exc)
 
