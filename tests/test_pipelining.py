@@ -73,9 +73,9 @@ class Unscaled(importlib.import_module("pp_schedules").ScheduledPipeline):
 def test_pipelining_llama_pp2_verified(schedule):
     """The Llama step (RMSNorm, GQA with RoPE, SwiGLU blocks) under each schedule, one block
     per stage (30 s to 2 min each on 2 cores). Its microbatch loss is normalised by the whole
-    batch, gradients not scaled (``SummedLoss``): with a mean per microbatch and the
-    schedule's 1/microbatches scaling the attention and norm gradients come back unknown
-    (relations stop at the gradient recv: a missing lemma, never a wrong verdict)."""
+    batch, gradients not scaled (``SummedLoss``): with the schedule's 1/microbatches scaling
+    of ``.grad`` the attention and norm gradients come back unknown (relations stop at the
+    gradient recv: a missing lemma, see pp_llama_schedules.py; never a wrong verdict)."""
     case = importlib.import_module("pp_llama_schedules").case(2, schedule)
     _, report = _verify(case, 2)
     assert report.status == "verified", (report.reason, report.findings[:1])
