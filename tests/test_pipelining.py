@@ -82,6 +82,23 @@ def test_pipelining_llama_pp2_verified(schedule):
     assert report.temporal["checked"] and report.temporal["findings"] == 0, report.temporal
 
 
+class NoShapes(importlib.import_module("pp_schedules").ScheduledPipeline):
+    """A stage built without example inputs/outputs: its schedule would infer them at run time."""
+
+    def make_stage(self, stage, example):
+        from torch.distributed.pipelining import PipelineStage
+        submod = importlib.import_module("mini_pipeline").Stack([self.layers[i] for i in self.stage_layers(stage)])
+        return PipelineStage(submod, stage, self.n_stages, torch.device("cpu"))
+
+
+def test_stage_without_static_shapes_is_refused_naming_it():
+    """Shape inference exchanges pickled objects (send_object_list): refused, the stage named
+    and the fix (static input_args/output_args) said -- never traced as if it were data."""
+    from shardproof.api import InputError
+    with pytest.raises(InputError, match=r"pipeline stage 0 has no static input/output shapes.*input_args"):
+        prepare(importlib.import_module("pp_schedules").case(2, "1f1b", model=NoShapes), 2)
+
+
 # ---------------------------------------------------------------- hand-written interleaved 1F1B
 
 @pytest.fixture(scope="module")
