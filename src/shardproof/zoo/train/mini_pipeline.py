@@ -85,8 +85,7 @@ class PipelineTraining(nn.Module):
     # ---- P2P, Megatron's p2p_communication: one batch_isend_irecv per exchange
 
     def exchange(self, send_next=None, send_prev=None, recv_next=None, recv_prev=None, buffers=None):
-        """Send/receive with the neighbouring stages in one batch; returns the receive buffers
-        (fresh ones, or `buffers` by direction "prev"/"next" where given)."""
+        """Send/receive with the neighbouring stages in one batch; the receive buffers (fresh, or `buffers`)."""
         ops, bufs = [], dict(buffers or {})
         if send_prev is not None:
             ops.append(dist.P2POp(dist.isend, send_prev.contiguous(), self.prev_rank()))

@@ -40,4 +40,4 @@ def case(world_size: int = 3, fresh: bool = False):
 
 
 BUG = {"bug": "saved-buffer-overwritten", "bug_node": "recv_1", "bug_op": "c10d.irecv", "bug_ranks": [1],
-       "bug_source": "mini_pipeline.py:102", "bug_line": "dist.batch_isend_irecv(ops)", "hint": "fresh buffer"}
+       "bug_source": "mini_pipeline.py:101", "bug_line": "dist.batch_isend_irecv(ops)", "hint": "fresh buffer"}
