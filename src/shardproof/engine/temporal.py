@@ -7,6 +7,9 @@ with that tag) and the hazards it exposes:
 - ``buffer-reused-before-completion``: an op writes a buffer an in-flight op reads or writes;
 - ``concurrent-buffer-access``: an op is issued on a buffer another in-flight op writes
   (or writes one it reads);
+- ``saved-buffer-overwritten``: a collective or receive writes a buffer autograd saved for
+  backward before the backward used it (c10d does not bump the tensor's version, so
+  autograd cannot see it: the backward silently uses the new values);
 - ``collective-order-mismatch``: the ranks of a group issue different collectives at one
   position of the group's order (a silent mix-up), or block in collectives of different
   groups in a cycle (a deadlock);
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir.events import ACCESS, ISSUE, RECV_OPS, SEND_OPS, WAIT, Event, RankEvents
+from ..ir.events import ACCESS, ISSUE, RECV_OPS, RELEASE, SAVE, SEND_OPS, WAIT, Event, RankEvents
 from .result import Finding
 
 HINTS = {
@@ -30,6 +33,8 @@ HINTS = {
                                        "fresh buffer (double-buffering) while it is in flight",
     "concurrent-buffer-access": "give each in-flight op its own buffer, or wait() on the first before issuing "
                                 "the second",
+    "saved-buffer-overwritten": "receive each microbatch into a fresh buffer (or clone the received tensor before "
+                                "the forward uses it) while an earlier microbatch's backward is still to run",
     "collective-order-mismatch": "issue the collectives of each group in the same order on every rank (iterate "
                                  "in a deterministic order, not over a set or a rank-dependent branch)",
     "deadlock": "order blocking sends and receives so that one side of every pair sends first (even stages "
@@ -61,6 +66,7 @@ def buffer_hazards(rank: RankEvents) -> list[Finding]:
     """Accesses and issues that touch the buffers of an async op between its issue and its
     wait() on this rank."""
     inflight: dict[int, Event] = {}
+    saved: dict[int, Event] = {}  # tensors autograd saved for a backward still to run
     out: list[Finding] = []
     seen = set()
 
@@ -71,7 +77,11 @@ def buffer_hazards(rank: RankEvents) -> list[Finding]:
             out.append(_finding(kind, [rank.rank], e, f"rank {rank.rank}: {what} {o.describe()}, which is still in "
                                                        f"flight (issued, not yet waited on)"))
     for e in rank.events:
-        if e.kind == WAIT:
+        if e.kind == SAVE:
+            saved[e.handle] = e
+        elif e.kind == RELEASE:
+            saved.pop(e.handle, None)
+        elif e.kind == WAIT:
             inflight.pop(e.handle, None)
         elif e.kind == ACCESS:
             for o in inflight.values():
@@ -84,6 +94,14 @@ def buffer_hazards(rank: RankEvents) -> list[Finding]:
             for o in inflight.values():
                 if _touch(e.writes, o.reads + o.writes) or _touch(e.reads, o.writes):
                     report("concurrent-buffer-access", e, o, f"{e.describe()} uses a buffer of")
+            for o in saved.values():
+                if _touch(e.writes, o.reads) and ("saved-buffer-overwritten", e.op, e.line) not in seen:
+                    seen.add(("saved-buffer-overwritten", e.op, e.line))
+                    out.append(_finding("saved-buffer-overwritten", [rank.rank], e, (
+                        f"rank {rank.rank}: {e.describe()} writes a buffer autograd saved for backward at {o.line} "
+                        f"(buffer reused while saved for backward; its backward has not run yet): c10d does not bump "
+                        f"the tensor's version, so autograd cannot see it and the backward silently uses the new "
+                        f"values")))
             if e.async_op and e.handle is not None:
                 inflight[e.handle] = e
     return out
@@ -268,4 +286,8 @@ def apply_to_report(report, ranks: list) -> None:
     if report.status != "violation":
         report.status, report.reason = "violation", ""
         report.findings = []
-    report.findings.extend(result.findings)
+    # a saved buffer overwritten changes the values the backward computes: the relational
+    # findings downstream are its effect, so it comes first
+    causes = [f for f in result.findings if f.kind == "saved-buffer-overwritten"]
+    report.findings[:0] = causes
+    report.findings.extend(f for f in result.findings if f not in causes)

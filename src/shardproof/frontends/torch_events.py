@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..ir.events import ACCESS, ISSUE, WAIT, Buffer, Event, RankEvents, signature
+from ..ir.events import ACCESS, ISSUE, RELEASE, SAVE, WAIT, Buffer, Event, RankEvents, signature
 from .torch_capture import innermost_user_frame
 from .torch_collectives import COLLECTIVE_PREFIXES
 
@@ -125,14 +125,18 @@ class _Handle:
 class Recorder:
     """Collects one rank's events (see the module doc)."""
 
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, saved: bool = False):
         self.out = RankEvents(rank)
+        self.track_saved = saved  # follow what autograd saves (a training step: its backward runs)
         self.quiet = 0  # >0 while inside a recorded c10d call (its own ops are not the user's)
         self.inflight: dict[int, tuple] = {}  # handle -> the async op's buffers
         self.keep: list = []  # tensors of issued ops stay alive, so storage addresses stay unique
         self._params = {name: tuple(inspect.signature(getattr(c10d, name)).parameters) for name in _OPS
                         if hasattr(c10d, name)}
         self._handles = 0
+        self.communicated: set = set()  # storages a c10d op has read or written
+        self._saves = 0
+        self.saved_live: set = set()  # numbers of the saved tensors whose backward has not run
 
     def _add(self, kind: str, **fields) -> Event:
         e = Event(rank=self.out.rank, index=len(self.out.events), kind=kind, line=fields.pop("line", None) or _line(), **fields)
@@ -145,6 +149,7 @@ class Recorder:
         writes = tuple(b for name in writes_from for b in _buffers(args.get(name)))
         for name in reads_from + writes_from:
             self.keep.extend(_tensors(args.get(name)))
+        self.communicated.update(b.storage for b in reads + writes)
         g, name, ranks = _group(args.get("group"))
         peer = tag = None
         if op in _P2P:
@@ -180,6 +185,29 @@ class Recorder:
         sig = signature(op, _functional_reduce(args, name), _dtype(first[0]) if first else None,
                         first[0].numel() if first else None)
         self._add(ISSUE, op=op, group=name, reads=reads, ranks=group_ranks(name), signature=sig)
+
+    def pack(self, t):
+        """autograd saves `t` for backward: a SAVE event where a c10d op has used its storage
+        (a receive buffer the forward reads); what the hook keeps is (number, t)."""
+        try:
+            ours = not self.quiet and t.untyped_storage().data_ptr() in self.communicated
+        except Exception:  # noqa: BLE001  (no storage: subclasses)
+            ours = False
+        buf = buffer_of(t) if ours else None
+        if buf is None:
+            return None, t
+        self._saves += 1
+        self.saved_live.add(self._saves)
+        self.keep.append(t)
+        self._add(SAVE, op="saved for backward", reads=(buf,), handle=self._saves)
+        return self._saves, t
+
+    def unpack(self, packed):
+        number, t = packed
+        if number in self.saved_live:
+            self.saved_live.discard(number)
+            self._add(RELEASE, op="used by backward", handle=number)
+        return t
 
     def waited(self, handle: int) -> None:
         self.inflight.pop(handle, None)
@@ -312,18 +340,22 @@ def recording(recorder: Recorder):
         for module in (dist, c10d):
             saved[(module, name)] = getattr(module, name)
             setattr(module, name, wrapped)
+    from .torch_pipelining import static_pipelining
     try:
-        with _Accesses(recorder):
+        with _Accesses(recorder), static_pipelining(), (
+                torch.autograd.graph.saved_tensors_hooks(recorder.pack, recorder.unpack) if recorder.track_saved
+                else contextlib.nullcontext()):
             yield recorder
     finally:
         for (module, name), fn in saved.items():
             setattr(module, name, fn)
 
 
-def record_events(fn: Callable[[], Any], rank: int) -> RankEvents:
+def record_events(fn: Callable[[], Any], rank: int, saved: bool = False) -> RankEvents:
     """Run ``fn()`` (the rank's program, on an initialised process group) and return its
-    events; the tensors it returns are read after it returns (the caller uses them)."""
-    recorder = Recorder(rank)
+    events; the tensors it returns are read after it returns (the caller uses them). With
+    `saved` (a training step), the tensors autograd saves for backward are followed too."""
+    recorder = Recorder(rank, saved)
     with recording(recorder):
         out = fn()
         returned = _buffers(list(_flat_outputs(out)))
@@ -363,7 +395,8 @@ def step_events(program: Any, data: dict, train, rank: int) -> RankEvents:
         copies = {n: t.detach().clone().requires_grad_(t.requires_grad)
                   for n, t in list(program.named_parameters()) + list(program.named_buffers())}
         with _reparametrize_module(program, copies):
-            return record_events(lambda: _step(program, data, train, lambda m, *a: m.train_step(*a)), rank)
+            return record_events(lambda: _step(program, data, train, lambda m, *a: m.train_step(*a)), rank,
+                                 saved=True)
     except Exception as exc:  # noqa: BLE001
         return _not_run(rank, exc)
 

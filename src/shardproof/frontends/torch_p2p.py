@@ -149,14 +149,17 @@ def _peer(group, peer, group_peer) -> int:
 
 def _issue(op: str, tensor: Tensor, peer: int, tag: int, async_op: bool, group=None):
     handle = next(_recorder.handles) if (async_op and _recorder) else None
-    ASYNC_ISSUED[0] += async_op  # its buffers' uses matter: the temporal checks run the rank eagerly
+    # its buffers' uses matter (a recv's: autograd may have saved it): the temporal checks run the rank eagerly
+    ASYNC_ISSUED[0] += async_op or op == "recv"
     _record(ISSUE, op, tensor, peer, tag, handle, group)
     # on the wire a tensor is its elements in order (c10d checks count and dtype, not shape):
     # a recv into a buffer of another shape with as many elements reads them in that shape
     if op.endswith("send"):
         torch.ops.shardproof_p2p.send(tensor.reshape(-1), peer, tag)
     else:
-        tensor.copy_(torch.ops.shardproof_p2p.recv(tensor.reshape(-1), peer, tag).view(tensor.shape))
+        # c10d writes the buffer outside autograd, without bumping its version: autograd does not see the write
+        with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(tensor):
+            tensor.copy_(torch.ops.shardproof_p2p.recv(tensor.reshape(-1), peer, tag).view(tensor.shape))
     return P2PWork(handle) if async_op else None
 
 
@@ -193,12 +196,15 @@ _ORIGINAL = {name: getattr(c10d, name) for name in _P2P}
 @contextlib.contextmanager
 def functional_p2p():
     """Route the P2P ops (``torch.distributed`` and its c10d module, which ``P2POp`` checks
-    its op against) to dataflow ops while tracing."""
+    its op against) to dataflow ops while tracing; ``torch.distributed.pipelining``'s
+    schedules with their warm-up vote decided locally (:mod:`.torch_pipelining`)."""
+    from .torch_pipelining import static_pipelining
     saved = [(m, name, getattr(m, name)) for m in (dist, c10d) for name in _P2P if hasattr(m, name)]
     try:
         for m, name, _ in saved:
             setattr(m, name, _P2P[name])
-        yield
+        with static_pipelining():
+            yield
     finally:
         for m, name, fn in saved:
             setattr(m, name, fn)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 ISSUE = "issue"    # a collective or P2P op was issued; a synchronous one completes before the next event
 WAIT = "wait"      # Work.wait() on `handle`: the op with that handle has completed
 ACCESS = "access"  # an ordinary op read/wrote buffers of an op in flight
+SAVE = "save"      # autograd saved a buffer for backward (`handle`: the saved tensor's number; `reads`: its bytes)
+RELEASE = "release"  # the backward used the saved tensor `handle` (unpacked it): its bytes may change now
 SEND_OPS = frozenset({"send", "isend"})
 RECV_OPS = frozenset({"recv", "irecv"})
 
@@ -58,11 +60,12 @@ class Event:
     """One step of a rank's program order.
 
     rank / index: the rank and the event's position in its order.
-    kind: ISSUE, WAIT or ACCESS.
+    kind: ISSUE, WAIT, ACCESS, SAVE or RELEASE.
     op: the c10d op issued (``all_reduce``, ``send``, ``irecv``...), ``wait``, or the aten op of an access.
     group / ranks: the process group's name and its global ranks (a P2P op's too).
     peer / tag: a P2P op's other side (global rank) and tag; peer None for collectives.
-    handle: the Work an async issue returned, or the one a WAIT waits on (None: blocking).
+    handle: the Work an async issue returned, or the one a WAIT waits on (None: blocking);
+        for SAVE / RELEASE the number of the tensor autograd saved.
     reads / writes: the Buffers the op reads / writes.
     signature: what must agree across the ranks of one collective (op, reduce op, dtype, size).
     line: the innermost user source line, "file:line in function".

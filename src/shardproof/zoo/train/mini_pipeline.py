@@ -84,18 +84,18 @@ class PipelineTraining(nn.Module):
 
     # ---- P2P, Megatron's p2p_communication: one batch_isend_irecv per exchange
 
-    def exchange(self, send_next=None, send_prev=None, recv_next=None, recv_prev=None):
-        """Send/receive with the neighbouring stages in one batch; returns the receive buffers."""
-        ops, bufs = [], {}
+    def exchange(self, send_next=None, send_prev=None, recv_next=None, recv_prev=None, buffers=None):
+        """Send/receive with the neighbouring stages in one batch; the receive buffers (fresh, or `buffers`)."""
+        ops, bufs = [], dict(buffers or {})
         if send_prev is not None:
             ops.append(dist.P2POp(dist.isend, send_prev.contiguous(), self.prev_rank()))
         if recv_prev is not None:
-            bufs["prev"] = torch.empty(recv_prev)
+            bufs.setdefault("prev", torch.empty(recv_prev))
             ops.append(dist.P2POp(dist.irecv, bufs["prev"], self.prev_rank()))
         if send_next is not None:
             ops.append(dist.P2POp(dist.isend, send_next.contiguous(), self.next_rank()))
         if recv_next is not None:
-            bufs["next"] = torch.empty(recv_next)
+            bufs.setdefault("next", torch.empty(recv_next))
             ops.append(dist.P2POp(dist.irecv, bufs["next"], self.next_rank()))
         if ops:
             for work in dist.batch_isend_irecv(ops):
@@ -156,6 +156,10 @@ class PipelineTraining(nn.Module):
     def accumulate(self, grads, new):
         return {n: g if n not in grads else grads[n] + g for n, g in new.items()}
 
+    def all_reduce_tokens(self, inputs):
+        """The global token count (the loss's normaliser): the dp replicas' masks summed."""
+        return all_reduce(inputs["mask"].sum(), self.mesh.dp_group)
+
     def reduce_gradients(self, grads):
         return {n: all_reduce(g, self.mesh.dp_group) for n, g in grads.items()}
 
@@ -164,7 +168,7 @@ class PipelineTraining(nn.Module):
     def run_schedule(self, params, inputs, train):
         self.microbatches = split_microbatches(inputs, train.microbatches)
         self.saved, self.grads = [], {}
-        total_tokens = all_reduce(inputs["mask"].sum(), self.mesh.dp_group)
+        total_tokens = self.all_reduce_tokens(inputs)
         shape, m, stage = tuple(self.microbatches[0]["x"].shape), train.microbatches, self.mesh.stage
         warmup = min(self.mesh.pp - stage - 1, m)
         losses = []
@@ -193,8 +197,12 @@ class PipelineTraining(nn.Module):
         loss = sum(o.detach() for o in losses) if self.last else torch.zeros(())
         return loss, self.reduce_gradients(self.grads)
 
+    def owned_layers(self, stage: int) -> list[int]:
+        """The blocks whose parameters stage `stage`'s ranks own (their gradients come from there)."""
+        return self.stage_layers(stage)
+
     def stage_params(self) -> dict:
-        owned = {f"layers.{i}." for i in self.stage_layers(self.mesh.stage)}
+        owned = {f"layers.{i}." for i in self.owned_layers(self.mesh.stage)}
         return {n: p for n, p in self.named_parameters() if any(n.startswith(o) for o in owned)}
 
     def publish(self, loss, grads):
@@ -202,7 +210,7 @@ class PipelineTraining(nn.Module):
         out = {}
         for stage in range(self.mesh.pp):
             src = self.mesh.rank_of(stage)
-            for n in [n for n, _ in self.named_parameters() if int(n.split(".")[1]) in self.stage_layers(stage)]:
+            for n in [n for n, _ in self.named_parameters() if int(n.split(".")[1]) in self.owned_layers(stage)]:
                 g = grads[n].clone() if stage == self.mesh.stage else torch.zeros_like(dict(self.named_parameters())[n])
                 dist.broadcast(g, src=src, group=self.mesh.pp_group)
                 out[n] = g
