@@ -1,0 +1,92 @@
+"""Block contracts over a layer stack (issue 16): 8 Llama blocks on tp2, each layer's forward
+and backward captured alone, identical layers proved once and the contracts chained; a
+changed layer (5 of 8: its MLP output never all-reduced) is its own block, found and located.
+Labels: both stacks run whole on a real gloo group against the single-device stack."""
+import os
+import sys
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "src", "shardproof", "zoo", "train"))
+
+import llama_layers as L  # noqa: E402
+from gloo import run_case_file  # noqa: E402
+from shardproof.blocks import verify_blocks  # noqa: E402
+from shardproof.engine import blocks as eb  # noqa: E402
+from shardproof.engine.result import Report  # noqa: E402
+
+CORRECT, BUGGY = (os.path.join(HERE, "cases", f) for f in ("blocks_stack.py", "blocks_stack_layer5.py"))
+
+
+def _stack(buggy_layer=None, confirm_draws=-1):
+    torch.manual_seed(0)
+    layers = L.full_layers(8)
+    x, g = torch.randn(L.ROWS, L.SEQ, L.HIDDEN), torch.randn(L.ROWS, L.SEQ, L.HIDDEN)
+    return verify_blocks(layers, L.parallel_layer(buggy_layer), x, g, 2, name="llama8", confirm_draws=confirm_draws)
+
+
+@pytest.fixture(scope="module")
+def correct():
+    return _stack(confirm_draws=0)  # the proof confirmed on gloo on the case's own values
+
+
+@pytest.fixture(scope="module")
+def buggy():
+    return _stack(buggy_layer=5)
+
+
+def _gloo_worst(path):
+    """Max |rank - single| of the stack's output and input gradient, run whole on gloo."""
+    run = run_case_file(path, 2)
+    return max(float((r[k].double() - run.single[k].double()).abs().max()) for r in run.ranks for k in ("y", "grad_x"))
+
+
+def test_labels_on_gloo():
+    assert _gloo_worst(CORRECT) < 1e-5
+    assert _gloo_worst(BUGGY) > 1e-3
+
+
+def test_eight_identical_blocks_proved_once(correct):
+    assert correct.status == "verified", correct
+    assert correct.blocks["summary"] == "8 blocks, 1 distinct, proved once"
+    assert correct.blocks["layers"] == [0] * 8 and correct.blocks["proofs"] == 1
+    assert correct.confirmation.outcome == "confirmed"
+    (contract,) = correct.blocks["contracts"]
+    # the contract is what the engine proved: y and grad_x replicated (they feed the neighbours
+    # as the contract assumes), the column-parallel weights' gradients Shard(0), the row-parallel Shard(1)
+    assert contract["outputs"]["y"] == contract["inputs"]["x"] == "Replicate()"
+    assert contract["outputs"]["grad_x"] == contract["inputs"]["g"] == "Replicate()"
+    assert contract["outputs"]["grad:block.wq.weight"] == "Shard(0)"
+    assert contract["outputs"]["grad:block.w2.weight"] == "Shard(1)"
+    assert contract["outputs"]["grad:block.ffn_norm.weight"] == "Replicate()"
+
+
+def test_changed_layer_is_found_and_located(buggy):
+    assert buggy.status == "violation", buggy
+    assert buggy.blocks["distinct"] == 2 and buggy.blocks["layers"] == [0, 0, 0, 0, 0, 1, 0, 0]
+    first = buggy.findings[0]
+    assert first.layer == 5 and first.kind == "partial-sum-never-reduced"
+    assert first.op == "aten.add" and "llama_block.py" in first.source  # the residual add reading the partial MLP output
+    statuses = {tuple(c["layers"]): c["status"] for c in buggy.blocks["contracts"]}
+    assert statuses[(5,)] == "violation" and statuses[(0, 1, 2, 3, 4, 6, 7)] != "violation"
+    assert "layer 5" in buggy.reason and buggy.to_json()["findings"][0]["layer"] == 5
+
+
+def _contract(key, layers, y="Replicate()", grad_x="Replicate()"):
+    return eb.Contract(key, layers, {"x": "Replicate()", "g": "Replicate()"}, {"y": y, "grad_x": grad_x},
+                       Report("unknown", 2, reason="proved, but not confirmed by execution: not run"))
+
+
+def test_contracts_that_do_not_chain_are_unknown():
+    """A block whose proved output is not what the next block assumes breaks the chain."""
+    a, b = _contract("a", [0, 2]), _contract("b", [1], y='Partial("sum")')
+    broken = eb.chain(["a", "b", "a"], {"a": a, "b": b}, {"x": "Replicate()", "g": "Replicate()"})
+    assert [layer for layer, _ in broken] == [2]
+    report = eb.combine(["a", "b", "a"], {"a": a, "b": b}, {"x": "Replicate()", "g": "Replicate()"})
+    assert report.status == "unknown" and "do not chain" in report.reason
+    fine = eb.combine(["a", "a"], {"a": _contract("a", [0, 1])}, {"x": "Replicate()", "g": "Replicate()"})
+    assert fine.status == "unknown" and fine.reason.startswith("proved, but not confirmed")
+    assert fine.blocks["summary"] == "2 blocks, 1 distinct, proved once"
