@@ -51,7 +51,8 @@ def verify_blocks(single_layers: list, parallel: Callable, x, g, world: int, nam
             prepared[key] = (i, p)
     for key, (first, p) in prepared.items():
         report = verify_prepared(p, confirm_draws=confirm_draws, fixes=fixes)
-        contracts[key] = eb.contract_of(key, [i for i, k in enumerate(order) if k == key], inputs, report)
+        contracts[key] = eb.contract_of(key, [i for i, k in enumerate(order) if k == key], inputs, report,
+                                        eb.structure_key([p.seq] + p.dist.graphs))
     report = eb.combine(order, contracts, inputs, name)
     report.stats["wall_seconds"] = round(time.perf_counter() - t0, 4)
     return report

@@ -41,37 +41,52 @@ y forward; g from the next block's grad_x backward)."""
 FORWARD, BACKWARD = "x", "g"
 
 
-def _canon(value, index: dict):
+def _canon(value, index: dict, sizes: bool = True):
     if isinstance(value, Node):
         return ("%", index[value.name])
     if isinstance(value, (list, tuple)):
-        return tuple(_canon(v, index) for v in value)
+        return tuple(_canon(v, index, sizes) for v in value)
     if isinstance(value, dict):
-        return tuple(sorted((str(k), _canon(v, index)) for k, v in value.items()))
+        return tuple(sorted((str(k), _canon(v, index, sizes)) for k, v in value.items()))
+    if not sizes and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "#"
     return repr(value)
 
 
-def _type(t):
+def _type(t, sizes: bool = True):
     if isinstance(t, tuple):
-        return tuple(_type(x) for x in t)
+        return tuple(_type(x, sizes) for x in t)
     if t is None:
         return None
+    if not sizes:
+        return getattr(t, "dtype", None)
     return (getattr(t, "shape", None), getattr(t, "dtype", None), getattr(t, "strides", None),
             getattr(t, "offset", None), repr(t))
 
 
-def graph_text(graph: Graph) -> str:
+def graph_text(graph: Graph, sizes: bool = True) -> str:
     """The graph as canonical text: node names replaced by positions (source lines left out:
-    they say where, not what); inputs keep their names, outputs their names and nodes."""
+    they say where, not what); inputs keep their names, outputs their names and nodes.
+    Without `sizes`: the program's structure only (ops, dataflow, dtypes, non-numeric
+    constants such as group names), shapes and numeric constants erased, and no events."""
     index = {n.name: i for i, n in enumerate(graph.nodes)}
-    rows = [repr((n.name if n.op == "input" else "", n.op, _canon(n.args, index), _canon(n.kwargs, index),
-                  _type(n.type), tuple(map(repr, n.defects)))) for n in graph.nodes]
+    rows = [repr((n.name if n.op == "input" else "", n.op, _canon(n.args, index, sizes),
+                  _canon(n.kwargs, index, sizes), _type(n.type, sizes), tuple(map(repr, n.defects)) if sizes else ()))
+            for n in graph.nodes]
     rows.append(repr(sorted((k, index[v.name]) for k, v in graph.outputs.items())))
+    if not sizes:
+        return "\n".join(rows)
     rows.append(repr(sorted((k, repr(v)) for k, v in graph.stated.items())))
     if graph.events is not None:  # the program order the temporal checks read (no storage ids)
         rows.append(repr([(e.kind, e.op, e.group, e.ranks, e.peer, e.tag, e.async_op, e.signature,
                            e.handle is not None) for e in graph.events.events]))
     return "\n".join(rows)
+
+
+def structure_key(graphs: list[Graph]) -> str:
+    """A hash of the graphs' structure at any size (:func:`graph_text` without sizes): two
+    programs built by the same code at different model sizes share it."""
+    return hashlib.sha256("\0".join(graph_text(g, sizes=False) for g in graphs).encode()).hexdigest()[:16]
 
 
 def program_key(seq: Graph, graphs: list[Graph], bindings: dict) -> str:
@@ -96,15 +111,16 @@ class Contract:
     inputs: dict
     outputs: dict
     report: Report
+    structure: str = ""  # structure_key of the block's graphs (its shape at any size)
 
     def to_json(self) -> dict:
-        return {"key": self.key, "layers": list(self.layers), "status": self.report.status,
+        return {"key": self.key, "structure": self.structure, "layers": list(self.layers), "status": self.report.status,
                 "inputs": dict(self.inputs), "outputs": dict(self.outputs)}
 
 
-def contract_of(key: str, layers: list[int], inputs: dict, report: Report) -> Contract:
+def contract_of(key: str, layers: list[int], inputs: dict, report: Report, structure: str = "") -> Contract:
     """The contract a report proved: each output's relation that holds (as the engine proved it)."""
-    return Contract(key, list(layers), dict(inputs), {o.name: o.holds for o in report.outputs}, report)
+    return Contract(key, list(layers), dict(inputs), {o.name: o.holds for o in report.outputs}, report, structure)
 
 
 def chain(order: list[str], contracts: dict[str, Contract], stack_inputs: dict) -> list[tuple[int, str]]:
