@@ -10,6 +10,7 @@ from typing import Callable
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..case import Case
 
@@ -45,3 +46,51 @@ def block_case(single: nn.Module, parallel: Callable[[int, int], nn.Module], x: 
     return Case(single=BlockVJP(single), distributed=lambda rank, w: BlockVJP(parallel(rank, w)),
                 inputs={"x": x, "g": g}, world_size=world, dist_inputs=dist_inputs, name=name,
                 meta={"source": "block contract: one layer's forward and backward"})
+
+
+class _Recorder(TorchDispatchMode):
+    """Every ATen op the program dispatches, as canonical text: tensors named by their graph
+    input name or by the order they first appear, with shape, dtype, strides, storage
+    offset; other arguments by value (collectives carry group names: strings)."""
+
+    def __init__(self, named: dict):
+        super().__init__()
+        self.ids = {id(t): name for name, t in named.items()}
+        self.keep = list(named.values())  # alive while recording: ids stay unique
+        self.rows: list[str] = []
+
+    def _arg(self, value):
+        if isinstance(value, torch.Tensor):
+            key = id(value)
+            if key not in self.ids:
+                self.ids[key] = f"%{len(self.ids)}"
+                self.keep.append(value)
+            return (self.ids[key], tuple(value.shape), str(value.dtype), tuple(value.stride()), value.storage_offset())
+        if isinstance(value, (list, tuple)):
+            return tuple(self._arg(v) for v in value)
+        if isinstance(value, dict):
+            return tuple(sorted((k, self._arg(v)) for k, v in value.items()))
+        if isinstance(value, (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
+                              torch.memory_format)):
+            return repr(value)
+        return f"<{type(value).__name__}>"  # an opaque object: seen, never told apart by value
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.rows.append(repr((str(func), self._arg(args), self._arg(kwargs), self._arg(out))))
+        return out
+
+
+def dispatch_text(program: nn.Module, data: dict) -> str:
+    """Run `program` once on `data` (in the current process-group state, collectives routed
+    as during capture) and return the ATen ops it dispatched, in order, as canonical text:
+    what ``make_fx`` would record of it, before functionalization and decompositions (both
+    deterministic functions of this op stream and its tensors' metadata)."""
+    from .torch_capture import program_inputs
+    from .torch_collectives import functional_collectives
+    named = program_inputs(program, data)
+    recorder = _Recorder(named)
+    with functional_collectives(), recorder:
+        program(**data)
+    return "\n".join(recorder.rows)
