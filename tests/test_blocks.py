@@ -18,14 +18,16 @@ from shardproof.blocks import verify_blocks  # noqa: E402
 from shardproof.engine import blocks as eb  # noqa: E402
 from shardproof.engine.result import Report  # noqa: E402
 
-CORRECT, BUGGY = (os.path.join(HERE, "cases", f) for f in ("blocks_stack.py", "blocks_stack_layer5.py"))
+CORRECT, BUGGY, SLICE = (os.path.join(HERE, "cases", f) for f in ("blocks_stack.py", "blocks_stack_layer5.py",
+                                                                     "blocks_stack_slice3.py"))
 
 
-def _stack(buggy_layer=None, confirm_draws=-1):
+def _stack(buggy_layer=None, confirm_draws=-1, n_layers=8, bug="no-reduce"):
     torch.manual_seed(0)
-    layers = L.full_layers(8)
+    layers = L.full_layers(n_layers)
     x, g = torch.randn(L.ROWS, L.SEQ, L.HIDDEN), torch.randn(L.ROWS, L.SEQ, L.HIDDEN)
-    return verify_blocks(layers, L.parallel_layer(buggy_layer), x, g, 2, name="llama8", confirm_draws=confirm_draws)
+    return verify_blocks(layers, L.parallel_layer(buggy_layer, bug), x, g, 2, name=f"llama{n_layers}",
+                         confirm_draws=confirm_draws)
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +49,7 @@ def _gloo_worst(path):
 def test_labels_on_gloo():
     assert _gloo_worst(CORRECT) < 1e-5
     assert _gloo_worst(BUGGY) > 1e-3
+    assert _gloo_worst(SLICE) > 1e-3
 
 
 def test_eight_identical_blocks_proved_once(correct):
@@ -73,6 +76,17 @@ def test_changed_layer_is_found_and_located(buggy):
     statuses = {tuple(c["layers"]): c["status"] for c in buggy.blocks["contracts"]}
     assert statuses[(5,)] == "violation" and statuses[(0, 1, 2, 3, 4, 6, 7)] != "violation"
     assert "layer 5" in buggy.reason and buggy.to_json()["findings"][0]["layer"] == 5
+
+
+def test_same_code_other_weights_is_its_own_block():
+    """Layer 3 runs the same ops as the others but holds another rank's wq: blocks are equal
+    only if their input relations are too, so it gets its own proof, which fails there."""
+    report = _stack(buggy_layer=3, n_layers=4, bug="wrong-slice")
+    assert report.status == "violation", report
+    assert report.blocks["layers"] == [0, 0, 0, 1]
+    assert report.findings[0].layer == 3
+    (bad,) = [c for c in report.blocks["contracts"] if c["layers"] == [3]]
+    assert bad["structure"] == report.blocks["contracts"][0]["structure"]  # the same program structure
 
 
 def _contract(key, layers, y="Replicate()", grad_x="Replicate()"):

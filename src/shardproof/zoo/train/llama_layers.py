@@ -40,15 +40,28 @@ class MlpWithoutReduce(TPLayer):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
+class QueryFromNextRank(TPLayer):
+    """The bug: the same code, but wq loaded from the next rank's slice (a checkpoint loader's
+    off-by-one): the graphs equal the correct block's, only the input relation differs."""
+
+    def __init__(self, full, mesh):
+        super().__init__(full, mesh)
+        with torch.no_grad():
+            self.wq.weight.copy_(full.wq.weight.chunk(mesh.tp, 0)[(mesh.tp_rank + 1) % mesh.tp])
+
+
+BUGS = {"no-reduce": MlpWithoutReduce, "wrong-slice": QueryFromNextRank}
+
+
 def full_layers(n_layers, hidden=HIDDEN, heads=HEADS, kv_heads=KV_HEADS, ffn=FFN):
     return [LlamaBlock(hidden, heads, kv_heads, ffn) for _ in range(n_layers)]
 
 
-def parallel_layer(buggy_layer=None):
+def parallel_layer(buggy_layer=None, bug="no-reduce"):
     """``(layer, full block, rank, world) -> that rank's block`` on a tp-only mesh of `world`
-    ranks; layer `buggy_layer` is :class:`MlpWithoutReduce`."""
+    ranks; layer `buggy_layer` has the bug `bug` (:data:`BUGS`)."""
     def make(layer, full, rank, world, mesh=None):
-        cls = MlpWithoutReduce if layer == buggy_layer else TPLayer
+        cls = BUGS[bug] if layer == buggy_layer else TPLayer
         return cls(full, mesh or Mesh(rank, world, world))
     return make
 
@@ -64,17 +77,17 @@ class Stack(nn.Module):
         return x
 
 
-def stack_case(world_size=2, n_layers=8, buggy_layer=None, seed=0) -> Case:
+def stack_case(world_size=2, n_layers=8, buggy_layer=None, seed=0, bug="no-reduce") -> Case:
     """The whole stack, forward and backward (output and input gradient, both replicated
     over tp when correct), as one case: what the block contracts are about, run whole."""
     torch.manual_seed(seed)
     full = Stack(full_layers(n_layers))
-    make = parallel_layer(buggy_layer)
+    make = parallel_layer(buggy_layer, bug)
 
     def distributed(rank, world):
         mesh = Mesh(rank, world, world)
         return BlockVJP(Stack([make(i, b, rank, world, mesh) for i, b in enumerate(full.layers)]))
     inputs = {"x": torch.randn(ROWS, SEQ, HIDDEN), "g": torch.randn(ROWS, SEQ, HIDDEN)}
     return Case(single=BlockVJP(full), distributed=distributed, inputs=inputs, world_size=world_size,
-                name=f"llama_layers_N{n_layers}" + (f"_bug{buggy_layer}" if buggy_layer is not None else ""),
+                name=f"llama_layers_N{n_layers}" + (f"_{bug}{buggy_layer}" if buggy_layer is not None else ""),
                 expect={"y": "Replicate()", "grad_x": "Replicate()"})
