@@ -41,7 +41,7 @@ from llama_block import LlamaBlock  # noqa: E402
 from shardproof.blocks import verify_blocks  # noqa: E402
 from shardproof.engine.blocks import structure_key  # noqa: E402
 from shardproof.frontends import torch_capture as tc  # noqa: E402
-from shardproof.frontends.torch_blocks import BlockVJP, dispatch_text  # noqa: E402
+from shardproof.frontends.torch_blocks import BlockVJP, dispatch_text, screening  # noqa: E402
 from shardproof.frontends.torch_capture import fake_world  # noqa: E402
 
 LAYERS, DP, TP, MICRO, VOCAB = 126, 64, 8, 16, 128256
@@ -78,7 +78,7 @@ def real_layers(n_layers):
         def rank_program(rank, world, i=i, full=full):
             with mode:
                 return BlockVJP(make(i, full, rank, world))
-        with mode:
+        with mode, screening():
             texts = [dispatch_text(BlockVJP(full), {"x": x, "g": g})]
             for rank in range(TP):
                 with fake_world(rank, TP):

@@ -31,7 +31,7 @@ import hashlib
 
 from .api import REDRAW_SEED, _numpy, prepare, training_expectations, verify_prepared
 from .engine import blocks as eb
-from .frontends.torch_blocks import GRAD, block_case, dispatch_text
+from .frontends.torch_blocks import GRAD, block_case, dispatch_text, screening
 from .relations.infer import parse_spec, resolve_inputs
 from .relations.spec import parse_relation
 
@@ -47,7 +47,8 @@ def _case(single, parallel_of_rank: Callable, x, g, world: int, name: str, input
 
 def screen_block(single, parallel_of_rank: Callable, x, g, world: int, name: str, inputs: dict) -> str:
     """One layer's key: its dispatched ops on the single device and every rank, and its input
-    relations as :func:`~shardproof.api.prepare` would infer them (see the module docstring)."""
+    relations as :func:`~shardproof.api.prepare` would infer them (see the module docstring).
+    Runs inside :func:`~shardproof.frontends.torch_blocks.screening`."""
     from .frontends import torch_draws as draws
     from .frontends.torch_capture import fake_world, program_inputs
     case = _case(single, parallel_of_rank, x, g, world, name, inputs)
@@ -91,13 +92,14 @@ def verify_blocks(single_layers: list, parallel: Callable, x, g, world: int, nam
     which layer holds which contract); a finding's ``layer`` is where it is."""
     t0 = time.perf_counter()
     inputs = {k: str(parse_relation(v)) for k, v in (inputs or REPLICATED).items()}
-    order, contracts, prepared = [], {}, {}
-    for i, single in enumerate(single_layers):
-        of_rank = (lambda r, w, i=i, s=single: parallel(i, s, r, w))
-        key = screen_block(single, of_rank, x, g, world, f"{name} layer {i}", inputs)
-        order.append(key)
+    of_rank = [(lambda r, w, i=i, s=single: parallel(i, s, r, w)) for i, single in enumerate(single_layers)]
+    with screening():
+        order = [screen_block(single, of_rank[i], x, g, world, f"{name} layer {i}", inputs)
+                 for i, single in enumerate(single_layers)]
+    contracts, prepared = {}, {}
+    for i, key in enumerate(order):
         if key not in prepared:  # the first layer of its class: captured for the proof
-            prepared[key] = prepare_block(single, of_rank, x, g, world, f"{name} layer {i}", inputs)[0]
+            prepared[key] = prepare_block(single_layers[i], of_rank[i], x, g, world, f"{name} layer {i}", inputs)[0]
     for key, p in prepared.items():
         report = verify_prepared(p, confirm_draws=confirm_draws, fixes=fixes)
         contracts[key] = eb.contract_of(key, [i for i, k in enumerate(order) if k == key], inputs, report,

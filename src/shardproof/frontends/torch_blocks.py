@@ -82,15 +82,20 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
+def screening():
+    """The context :func:`dispatch_text` runs in: collectives routed as during capture
+    (entered once for many programs: routing them costs more than running a small block)."""
+    from .torch_collectives import functional_collectives
+    return functional_collectives()
+
+
 def dispatch_text(program: nn.Module, data: dict) -> str:
-    """Run `program` once on `data` (in the current process-group state, collectives routed
-    as during capture) and return the ATen ops it dispatched, in order, as canonical text:
+    """Run `program` once on `data` (in the current process-group state, inside
+    :func:`screening`) and return the ATen ops it dispatched, in order, as canonical text:
     what ``make_fx`` would record of it, before functionalization and decompositions (both
     deterministic functions of this op stream and its tensors' metadata)."""
     from .torch_capture import program_inputs
-    from .torch_collectives import functional_collectives
-    named = program_inputs(program, data)
-    recorder = _Recorder(named)
-    with functional_collectives(), recorder:
+    recorder = _Recorder(program_inputs(program, data))
+    with recorder:
         program(**data)
     return "\n".join(recorder.rows)
