@@ -77,13 +77,13 @@ def screen_block(single, parallel_of_rank: Callable, x, g, world: int, name: str
 
 
 def prepare_block(single, parallel_of_rank: Callable, x, g, world: int, name: str, inputs: dict):
-    """One layer's block captured and related: the Prepared, its structural key."""
+    """One layer's block captured and related, with the contract's expectations: its Prepared."""
     case = _case(single, parallel_of_rank, x, g, world, name, inputs)
     p = prepare(case, world)
     dist, grads = training_expectations(p.seq, p.dist, p.bindings)  # a parameter's gradient relates as it does
     p = replace(p, dist=dist, expect={**grads, **p.expect},
                 gradients=frozenset(n for n in p.seq.outputs if n.startswith(GRAD)))
-    return p, eb.program_key(p.seq, p.dist.graphs, p.bindings)
+    return p
 
 
 def verify_blocks(single_layers: list, parallel: Callable, x, g, world: int, name: str = "stack",
@@ -99,7 +99,7 @@ def verify_blocks(single_layers: list, parallel: Callable, x, g, world: int, nam
     contracts, prepared = {}, {}
     for i, key in enumerate(order):
         if key not in prepared:  # the first layer of its class: captured for the proof
-            prepared[key] = prepare_block(single_layers[i], of_rank[i], x, g, world, f"{name} layer {i}", inputs)[0]
+            prepared[key] = prepare_block(single_layers[i], of_rank[i], x, g, world, f"{name} layer {i}", inputs)
     for key, p in prepared.items():
         report = verify_prepared(p, confirm_draws=confirm_draws, fixes=fixes)
         contracts[key] = eb.contract_of(key, [i for i, k in enumerate(order) if k == key], inputs, report,

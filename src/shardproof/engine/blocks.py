@@ -8,11 +8,13 @@ relations that hold of its output ``y``, of its input gradient ``grad_x`` and of
 parameter gradient. The relations in a contract are the ones the engine *proved* (each
 output check's ``holds``), never the ones expected.
 
-Two layers share a contract only if their programs are the same: the single-device graphs
-and every rank's graph are identical node for node (op, operands, constants, shapes, dtypes,
-strides, group names, capture-time defects) and every input relates to the single-device
-block by the same relation (so a layer whose weights are loaded from another slice, or whose
-code differs in one op, is a class of its own and gets its own proof). See :func:`program_key`.
+Two layers share a contract only if their programs are the same: on the single device and
+on every rank they dispatch the same ATen ops on operands of the same shapes, dtypes,
+strides and offsets, with the same constants and group names, and every input relates to the
+single-device block by the same relation (so a layer whose weights are loaded from another
+slice, or whose code differs in one op, is a class of its own and gets its own proof). The
+key is computed by ``shardproof.blocks.screen_block``; :func:`structure_key` is the coarser
+shape of a captured block at any size.
 
 Why chaining is sound. Layer i computes ``y_i = B_i(y_{i-1})`` and, backward,
 ``(grad_x_i, grad_params_i) = vjp(B_i)(y_{i-1}, grad_x_{i+1})``. The contract of layer i's
@@ -87,19 +89,6 @@ def structure_key(graphs: list[Graph]) -> str:
     """A hash of the graphs' structure at any size (:func:`graph_text` without sizes): two
     programs built by the same code at different model sizes share it."""
     return hashlib.sha256("\0".join(graph_text(g, sizes=False) for g in graphs).encode()).hexdigest()[:16]
-
-
-def program_key(seq: Graph, graphs: list[Graph], bindings: dict) -> str:
-    """The structural hash two layers must share to share a contract: every graph's
-    canonical text and every input's relation to the single-device block."""
-    h = hashlib.sha256()
-    for g in [seq] + list(graphs):
-        h.update(graph_text(g).encode())
-        h.update(b"\0")
-    for name in sorted(bindings):
-        b = bindings[name]
-        h.update(repr((name, b.seq_name, str(b.relation))).encode())
-    return h.hexdigest()[:16]
 
 
 @dataclass
