@@ -13,13 +13,14 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "src", "shardproof", "zoo", "train"))
 
 import llama_layers as L  # noqa: E402
-from gloo import run_case_file  # noqa: E402
+from gloo import run_on_gloo  # noqa: E402
 from shardproof.blocks import verify_blocks  # noqa: E402
 from shardproof.engine import blocks as eb  # noqa: E402
 from shardproof.engine.result import Report  # noqa: E402
 
-CORRECT, BUGGY, SLICE = (os.path.join(HERE, "cases", f) for f in ("blocks_stack.py", "blocks_stack_layer5.py",
-                                                                     "blocks_stack_slice3.py"))
+CASE = os.path.join(HERE, "cases", "blocks_stack.py")
+PROGRAMS = {"correct": {}, "layer 5 without reduce": {"buggy_layer": 5},
+            "layer 3 wrong slice": {"n_layers": 4, "buggy_layer": 3, "bug": "wrong-slice"}}
 
 
 def _stack(buggy_layer=None, confirm_draws=-1, n_layers=8, bug="no-reduce"):
@@ -40,16 +41,13 @@ def buggy():
     return _stack(buggy_layer=5)
 
 
-def _gloo_worst(path):
-    """Max |rank - single| of the stack's output and input gradient, run whole on gloo."""
-    run = run_case_file(path, 2)
-    return max(float((r[k].double() - run.single[k].double()).abs().max()) for r in run.ranks for k in ("y", "grad_x"))
-
-
 def test_labels_on_gloo():
-    assert _gloo_worst(CORRECT) < 1e-5
-    assert _gloo_worst(BUGGY) > 1e-3
-    assert _gloo_worst(SLICE) > 1e-3
+    """Each stack run whole on a real gloo group (one spawn for the three): the worst
+    |rank - single| of its output and input gradient."""
+    worst = {name: max(float((r[k].double() - single[k].double()).abs().max()) for r in ranks for k in ("y", "grad_x"))
+             for name, (single, ranks) in zip(PROGRAMS, run_on_gloo(CASE, list(PROGRAMS.values()), 2, seed=None))}
+    assert worst["correct"] < 1e-5, worst
+    assert worst["layer 5 without reduce"] > 1e-3 and worst["layer 3 wrong slice"] > 1e-3, worst
 
 
 def test_eight_identical_blocks_proved_once(correct):
