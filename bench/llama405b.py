@@ -57,8 +57,8 @@ def _data(hidden):
 def reduced_stack(n_layers):
     torch.manual_seed(0)
     x, g = _data(REDUCED["hidden"])
-    return verify_blocks(L.full_layers(n_layers, **REDUCED), L.parallel_layer(), x, g, TP, name="llama405b-like, reduced",
-                         confirm_draws=0)
+    return verify_blocks(L.full_layers(n_layers, **REDUCED), L.parallel_layer(), x, g, TP,
+                         name="llama405b-like, reduced", confirm_draws=0)
 
 
 def real_layers(n_layers):
@@ -105,17 +105,19 @@ def main() -> None:
     proved = [c["structure"] for c in report.blocks["contracts"]]
     same = len(proved) == 1 and structure_key(real) == proved[0]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # the largest gloo rank process
     print(f"{args.layers} layers (Llama-3-405B block: {params / 1e9:.2f} B parameters a layer, "
           f"{args.layers * params / 1e9:.0f} B in the stack), tp{TP}")
     print(f"  reduced sizes {REDUCED}: {report.blocks['summary']}; engine verdict: {report.status}"
           f"{' (' + report.reason + ')' if report.reason else ''}; "
           f"confirmation: {report.confirmation.describe() if report.confirmation else 'none'}; {t1 - t0:.1f} s")
-    print(f"  real sizes {REAL} on fake tensors: {args.real_layers or args.layers} layers run on the single device and "
-          f"{TP} ranks, all dispatching the same ops: {identical}; layer 0 captured ({sum(len(gr.nodes) for gr in real)} "
-          f"nodes), the same structure as the proved block: {same}; {t2 - t1:.1f} s")
+    nodes = sum(len(gr.nodes) for gr in real)
+    print(f"  real sizes {REAL} on fake tensors: {args.real_layers or args.layers} layers run on the single device "
+          f"and {TP} ranks, all dispatching the same ops: {identical}; layer 0 captured ({nodes} nodes), the same "
+          f"structure as the proved block: {same}; {t2 - t1:.1f} s")
     print(f"  dp{DP} and {MICRO} microbatches: not run (per tp-rank class contracts; see the docstring)")
     print(f"total {time.perf_counter() - t0:.1f} s wall, {time.process_time() - c0:.1f} s CPU (this process; the gloo "
-          f"confirmation runs 8 more), peak RSS {peak:.2f} GB")
+          f"confirmation runs 8 more), peak RSS {peak:.2f} GB (the largest rank process: {child:.2f} GB)")
 
 
 if __name__ == "__main__":

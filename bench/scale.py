@@ -133,7 +133,8 @@ def main() -> None:
           "| proof s | engine verdict | peak MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in todo:
-        r = _subprocess(["--one", ",".join(map(str, c))] + (["--workers", str(args.workers)] if args.workers is not None else []))
+        workers = ["--workers", str(args.workers)] if args.workers is not None else []
+        r = _subprocess(["--one", ",".join(map(str, c))] + workers)
         if isinstance(r, str):
             print(f"| {' | '.join(map(str, c))} | failed: {r} |")
             continue

@@ -70,7 +70,8 @@ def test_changed_layer_is_found_and_located(buggy):
     assert buggy.blocks["distinct"] == 2 and buggy.blocks["layers"] == [0, 0, 0, 0, 0, 1, 0, 0]
     first = buggy.findings[0]
     assert first.layer == 5 and first.kind == "partial-sum-never-reduced"
-    assert first.op == "aten.add" and "llama_block.py" in first.source  # the residual add reading the partial MLP output
+    # the residual add that reads the MLP's partial output
+    assert first.op == "aten.add" and "llama_block.py" in first.source
     statuses = {tuple(c["layers"]): c["status"] for c in buggy.blocks["contracts"]}
     assert statuses[(5,)] == "violation" and statuses[(0, 1, 2, 3, 4, 6, 7)] != "violation"
     assert "layer 5" in buggy.reason and buggy.to_json()["findings"][0]["layer"] == 5

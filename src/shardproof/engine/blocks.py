@@ -32,7 +32,7 @@ not chained over: its verdict is the stack's, located at the first layer of its 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ..ir.graph import Graph, Node
 from .result import Report
@@ -149,9 +149,10 @@ def combine(order: list[str], contracts: dict[str, Contract], stack_inputs: dict
     broken = [] if violating else chain(order, contracts, stack_inputs)
     bad = violating or next((c for c in distinct if c.report.status == "unknown"), None)
     base = bad or distinct[0]
+    seconds = round(sum(c.report.stats.get("seconds", 0) for c in distinct), 4)
     report = replace(base.report, name=name or base.report.name, blocks=blocks,
                      findings=[replace(f, layer=base.layers[0]) for f in base.report.findings],
-                     stats=dict(base.report.stats, seconds=round(sum(c.report.stats.get("seconds", 0) for c in distinct), 4)))
+                     stats=dict(base.report.stats, seconds=seconds))
     where = f"layer {base.layers[0]}" + (f", and layers {', '.join(map(str, base.layers[1:]))} (the same block)"
                                          if len(base.layers) > 1 else "")
     if broken:
