@@ -103,3 +103,13 @@ def test_contracts_that_do_not_chain_are_unknown():
     fine = eb.combine(["a", "a"], {"a": _contract("a", [0, 1])}, {"x": "Replicate()", "g": "Replicate()"})
     assert fine.status == "unknown" and fine.reason.startswith("proved, but not confirmed")
     assert fine.blocks["summary"] == "2 blocks, 1 distinct, proved once"
+
+
+def test_terminal_says_which_layers_share_a_proof(buggy):
+    from rich.console import Console
+    from shardproof.report.terminal import render
+    console = Console(record=True, width=200)
+    render(buggy, console)
+    text = console.export_text()
+    assert "8 blocks, 2 distinct, proved 2 times: layers 0, 1, 2, 3, 4, 6, 7: " in text
+    assert "layers 5: violation" in text
