@@ -113,3 +113,22 @@ def test_terminal_says_which_layers_share_a_proof(buggy):
     text = console.export_text()
     assert "8 blocks, 2 distinct, proved 2 times: layers 0, 1, 2, 3, 4, 6, 7: " in text
     assert "layers 5: violation" in text
+
+
+def test_screening_never_equates_what_it_cannot_see():
+    """Outside screening(), an in-place all_reduce carries its process group as an opaque
+    object: two runs of the same program then never share a class (no false 'identical')."""
+    from shardproof.frontends.torch_blocks import dispatch_text, screening
+    from shardproof.frontends.torch_capture import fake_world
+
+    class Reduce(torch.nn.Module):
+        def forward(self, x):
+            y = x * 2
+            torch.distributed.all_reduce(y)
+            return y
+    x = torch.ones(2)
+    with fake_world(0, 2):
+        assert dispatch_text(Reduce(), {"x": x}) != dispatch_text(Reduce(), {"x": x})
+        with screening():  # routed as during capture: the group by name and members
+            seen = dispatch_text(Reduce(), {"x": x})
+            assert seen == dispatch_text(Reduce(), {"x": x}) and "(0, 1)" in seen

@@ -48,10 +48,25 @@ def block_case(single: nn.Module, parallel: Callable[[int, int], nn.Module], x: 
                 meta={"source": "block contract: one layer's forward and backward"})
 
 
+_OPAQUE = [0]
+
+
+def _members(name: str):
+    """A collective's string argument: the global ranks of the group of that name (names
+    follow creation order, so two programs could use one name for different groups), or
+    None (not a group: a reduce op's name)."""
+    from .torch_capture import group_ranks
+    try:
+        return group_ranks(name)
+    except Exception:  # noqa: BLE001  (no group of that name)
+        return None
+
+
 class _Recorder(TorchDispatchMode):
     """Every ATen op the program dispatches, as canonical text: tensors named by their graph
     input name or by the order they first appear, with shape, dtype, strides, storage
-    offset; other arguments by value (collectives carry group names: strings)."""
+    offset; other arguments by value (collectives carry group names: strings, recorded with
+    the group's members)."""
 
     def __init__(self, named: dict):
         super().__init__()
@@ -73,12 +88,14 @@ class _Recorder(TorchDispatchMode):
         if isinstance(value, (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
                               torch.memory_format)):
             return repr(value)
-        return f"<{type(value).__name__}>"  # an opaque object: seen, never told apart by value
+        _OPAQUE[0] += 1  # an opaque object (a process group outside screening()): never equal to another
+        return f"<{type(value).__name__} #{_OPAQUE[0]}>"
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        self.rows.append(repr((str(func), self._arg(args), self._arg(kwargs), self._arg(out))))
+        groups = tuple(_members(v) for v in args if isinstance(v, str)) if "c10d" in str(func) else ()
+        self.rows.append(repr((str(func), self._arg(args), self._arg(kwargs), self._arg(out), groups)))
         return out
 
 
