@@ -20,7 +20,15 @@ layer of each class is captured with ``make_fx`` and proved.
 ``parallel(layer, single_block, rank, world)`` builds rank `rank`'s block of layer `layer`
 from the single-device one. Contracts are per tensor-parallel group: `world` is the group's
 size, and the relations of ``x`` and ``g`` (default: both replicated, as Megatron's blocks
-take and give them) are stated of one such group."""
+take and give them) are stated of one such group.
+
+Composition with the other scaling parts of issue 16: a contract is per tensor-parallel rank
+class (one group of `world` ranks; every dp replica of that group runs the same block
+programs on its own data, so dp symmetry can reuse it as is), it holds for all input values
+(so it holds for every microbatch an induction over microbatches feeds it), and the distinct
+blocks' proofs are independent of each other (an executor may run them in parallel). What it
+does not cover: the rest of a training step (loss, accumulation, the dp gradient reduction,
+clipping, the optimizer) is not composed with the contracts here."""
 from __future__ import annotations
 
 import time
