@@ -57,7 +57,9 @@ corpus: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/zoo.py
 	$(BIN)/python bench/scale.py
+	$(BIN)/python bench/scale.py --blocks
 	$(BIN)/python bench/llama_fake.py
+	$(BIN)/python bench/llama405b.py
 
 # mutation testing over the correct zoo cases: exit 1 if a mutant survives (unsound rules)
 mutants: $(STAMP)

@@ -13,42 +13,24 @@ for _d in (ZOO, os.path.join(ZOO, "train")):
     if _d not in sys.path:
         sys.path.insert(0, _d)
 
-from llama_block import LlamaBlock, ParallelLlamaBlock  # noqa: E402
+from llama_layers import FFN, HEADS, HIDDEN, KV_HEADS, Stack, TPLayer, full_layers  # noqa: E402
 from mini_megatron import Mesh, MegatronTraining, dp_shard, regression_batch, token_mean_loss  # noqa: E402
 from shardproof import AdamW, Case, Train  # noqa: E402
 
-HIDDEN, HEADS, KV_HEADS, FFN = 32, 16, 8, 64
 SEQ, MB_ROWS = 4, 2  # each dp rank's microbatch holds MB_ROWS sequences
 LLAMA3_8B = dict(hidden=4096, heads=32, kv_heads=8, ffn=14336)  # the real Llama-3-8B block shapes
 
 
-class LlamaStack(nn.Module):
+class LlamaStack(Stack):
     def __init__(self, n_layers, hidden=HIDDEN, heads=HEADS, kv_heads=KV_HEADS, ffn=FFN):
-        super().__init__()
-        self.layers = nn.ModuleList(LlamaBlock(hidden, heads, kv_heads, ffn) for _ in range(n_layers))
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-
-class _Layer(ParallelLlamaBlock):
-    """One tensor-parallel block on a shared mesh (Megatron's f/g on its tp group)."""
-
-    def __init__(self, full, mesh):
-        super().__init__(full, mesh.tp_rank, mesh.tp)
-        self.mesh = mesh
-
-    enter_tp = MegatronTraining.enter_tp
-    reduce_tp = MegatronTraining.reduce_tp
+        super().__init__(full_layers(n_layers, hidden, heads, kv_heads, ffn))
 
 
 class ParallelLlamaStack(MegatronTraining, nn.Module):
     def __init__(self, full, rank, world, tp):
         nn.Module.__init__(self)
         self.mesh = Mesh(rank, world, tp)
-        self.layers = nn.ModuleList(_Layer(block, self.mesh) for block in full.layers)
+        self.layers = nn.ModuleList(TPLayer(block, self.mesh) for block in full.layers)
         self.replicated = frozenset(f"layers.{i}.{norm}.weight" for i in range(len(full.layers))
                                     for norm in ("attention_norm", "ffn_norm"))
 

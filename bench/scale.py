@@ -6,6 +6,11 @@ own): capture (wall and CPU seconds, CPU ms per traced node), the proof (the eng
 confirmation by execution), the engine's verdict, peak memory.
 
     python bench/scale.py [--quick] [--workers K] [--only N,dp,tp,M ...]
+    python bench/scale.py --blocks [--only N,tp ...]
+
+``--blocks``: the layer stack of the same model (N Llama blocks on one tp group, forward and
+backward) verified by block contracts (shardproof.blocks: each layer captured alone, identical
+blocks proved once, contracts chained): wall and CPU seconds, capture vs proof, and N8/N1.
 """
 import argparse
 import json
@@ -58,13 +63,68 @@ def one(n_layers, dp, tp, microbatches, workers=None) -> dict:
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
 
+def one_blocks(n_layers, tp) -> dict:
+    """Verify an N-layer stack by block contracts in this process (no confirmation by execution)."""
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src", "shardproof", "zoo", "train"))
+    import llama_layers as L
+    from shardproof.api import NO_CONFIRM
+    from shardproof.blocks import verify_blocks
+    torch.set_num_threads(1)
+
+    def run(n):
+        torch.manual_seed(0)
+        x, g = torch.randn(L.ROWS, L.SEQ, L.HIDDEN), torch.randn(L.ROWS, L.SEQ, L.HIDDEN)
+        return verify_blocks(L.full_layers(n), L.parallel_layer(), x, g, tp, confirm_draws=NO_CONFIRM)
+    run(1)  # warm-up: imports, caches
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = run(n_layers)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"N": n_layers, "tp": tp, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "prove_s": round(report.stats.get("seconds", 0), 2), "blocks": report.blocks["summary"],
+            "reason": (report.reason or "")[:60], "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
+
+
+def blocks_table(todo) -> None:
+    print("| N | tp | wall s | CPU s | proof s | blocks | engine verdict | peak MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    walls = {}
+    for c in todo:
+        r = _subprocess(["--one-blocks", ",".join(map(str, c))])
+        if isinstance(r, str):
+            print(f"| {' | '.join(map(str, c))} | failed: {r} |")
+            continue
+        walls[(r["N"], r["tp"])] = r["wall_s"]
+        print(f"| {r['N']} | {r['tp']} | {r['wall_s']} | {r['cpu_s']} | {r['prove_s']} | {r['blocks']} "
+              f"| {r['reason']} | {r['peak_mb']} |", flush=True)
+    for (n, tp), wall in walls.items():
+        if n != 1 and (1, tp) in walls:
+            print(f"N{n}/N1 wall (tp{tp}): {wall / walls[(1, tp)]:.2f}")
+
+
+def _subprocess(args):
+    """Run this script on `args` in a fresh process: its last line as JSON, or the error."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__)] + args, capture_output=True, text=True)
+    if out.returncode:
+        return out.stderr.strip().splitlines()[-1][:100]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a smaller sweep")
     ap.add_argument("--workers", type=int)
     ap.add_argument("--only", nargs="*", help="configurations N,dp,tp,M")
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--blocks", action="store_true", help="the layer stack by block contracts (--only N,tp)")
+    ap.add_argument("--one-blocks", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.one_blocks:
+        print(json.dumps(one_blocks(*map(int, args.one_blocks.split(",")))))
+        return
+    if args.blocks:
+        blocks_table([tuple(map(int, c.split(","))) for c in args.only] if args.only else [(1, 2), (8, 2)])
+        return
     if args.one:
         print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers)))
         return
@@ -73,14 +133,11 @@ def main() -> None:
           "| proof s | engine verdict | peak MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in todo:
-        cmd = [sys.executable, os.path.abspath(__file__), "--one", ",".join(map(str, c))]
-        if args.workers is not None:
-            cmd += ["--workers", str(args.workers)]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode:
-            print(f"| {' | '.join(map(str, c))} | failed: {out.stderr.strip().splitlines()[-1][:100]} |")
+        workers = ["--workers", str(args.workers)] if args.workers is not None else []
+        r = _subprocess(["--one", ",".join(map(str, c))] + workers)
+        if isinstance(r, str):
+            print(f"| {' | '.join(map(str, c))} | failed: {r} |")
             continue
-        r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"| {r['N']} | {r['dp']} | {r['tp']} | {r['M']} | {r['ranks']} | {r['nodes']} | {r['capture_s']} "
               f"| {r['capture_cpu_s']} | {r['ms_per_node']} | {r['prove_s']} | {r['verdict']} | {r['peak_mb']} |",
               flush=True)

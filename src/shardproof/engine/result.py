@@ -23,6 +23,7 @@ class Finding:
     fix: str | None = None  # a proved repair, as a one-line hunk against the user's source (engine/repair.py)
     stage: int | None = None  # the pipeline stage and microbatch the node ran in (a pipeline schedule's finding)
     microbatch: int | None = None
+    layer: int | None = None  # a layer stack verified by block contracts: the layer the finding is in
 
 
 @dataclass
@@ -97,6 +98,7 @@ class Report:
     confirmation: Confirmation | None = None  # the proof run for real (a verified needs "confirmed")
     pairing: list[dict] = field(default_factory=list)  # dumps, --auto-relations: outputs paired / left out
     temporal: dict | None = None  # live cases: the temporal checks (engine/temporal.py), None when not run
+    blocks: dict | None = None  # a layer stack verified by block contracts (engine/blocks.py), else None
 
     def __repr__(self) -> str:  # short, so that a failed `assert report.status == ...` stays readable
         first = self.findings[0] if self.findings else None

@@ -115,6 +115,9 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
         c = report.confirmation
         style = {"confirmed": "green", "contradicted": "bold red"}.get(c.outcome, "yellow")
         console.print(Text(c.describe() + (f"  [{c.seconds:.2f} s]" if c.seconds else ""), style=style))
+    if report.blocks:  # a layer stack by block contracts: which layers share which proof
+        console.print(Text(report.blocks["summary"] + ": " + "; ".join(
+            f"layers {', '.join(map(str, c['layers']))}: {c['status']}" for c in report.blocks["contracts"]), style="bold"))
     if report.parameters:
         console.print(_parameters(report))
         report_outputs = [o for o in report.outputs if not o.name.startswith(("grad:", "updated:"))]

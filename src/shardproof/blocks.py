@@ -1,0 +1,117 @@
+"""Verify a stack of layers by block contracts (issue 16): each layer's forward and backward
+is a program of its own (:class:`~shardproof.frontends.torch_blocks.BlockVJP`); layers whose
+programs and input relations are identical share one contract, each distinct contract is
+captured and proved once by the engine (and confirmed by execution, as any proof), and the
+contracts are chained (:mod:`shardproof.engine.blocks`, where the argument for soundness is).
+
+Which layers are identical is decided cheaply and exactly (:func:`screen_block`): every
+layer's block is run once on the single device and on every rank (fake process group,
+collectives routed as during capture) and the ATen ops it dispatches are recorded with
+their operands' shapes, dtypes, strides and offsets (``dispatch_text``); its inputs are
+related by value matching exactly as :func:`~shardproof.api.prepare` would (the same redraw,
+the same values, the same ``resolve_inputs``). ``make_fx``'s graph is a deterministic
+function of that op stream (functionalization and decompositions see nothing else), so
+layers with equal records and equal input relations have equal captured graphs and equal
+bindings: the representative's capture and proof stand for all of them. Only the first
+layer of each class is captured with ``make_fx`` and proved.
+
+    report = verify_blocks(single_layers, parallel, x, g, world)
+
+``parallel(layer, single_block, rank, world)`` builds rank `rank`'s block of layer `layer`
+from the single-device one. Contracts are per tensor-parallel group: `world` is the group's
+size, and the relations of ``x`` and ``g`` (default: both replicated, as Megatron's blocks
+take and give them) are stated of one such group.
+
+Composition with the other scaling parts of issue 16: a contract is per tensor-parallel rank
+class (one group of `world` ranks; every dp replica of that group runs the same block
+programs on its own data, so dp symmetry can reuse it as is), it holds for all input values
+(so it holds for every microbatch an induction over microbatches feeds it), and the distinct
+blocks' proofs are independent of each other (an executor may run them in parallel). What it
+does not cover: the rest of a training step (loss, accumulation, the dp gradient reduction,
+clipping, the optimizer) is not composed with the contracts here."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Callable
+
+import hashlib
+
+from .api import REDRAW_SEED, _numpy, prepare, training_expectations, verify_prepared
+from .engine import blocks as eb
+from .frontends.torch_blocks import GRAD, block_case, dispatch_text, screening
+from .relations.infer import parse_spec, resolve_inputs
+from .relations.spec import parse_relation
+
+REPLICATED = {"x": "Replicate()", "g": "Replicate()"}
+
+
+def _case(single, parallel_of_rank: Callable, x, g, world: int, name: str, inputs: dict):
+    case = block_case(single, parallel_of_rank, x, g, world, name)
+    case.relations = dict(inputs)
+    case.expect = {eb.LINKS[k]: rel for k, rel in inputs.items()}
+    return case
+
+
+def screen_block(single, parallel_of_rank: Callable, x, g, world: int, name: str, inputs: dict) -> str:
+    """One layer's key: its dispatched ops on the single device and every rank, and its input
+    relations as :func:`~shardproof.api.prepare` would infer them (see the module docstring).
+    Runs inside :func:`~shardproof.frontends.torch_blocks.screening`."""
+    from .frontends import torch_draws as draws
+    from .frontends.torch_capture import fake_world, program_inputs
+    case = _case(single, parallel_of_rank, x, g, world, name, inputs)
+    saved = draws.snapshot(case.single)
+    draws.redraw(case.single, REDRAW_SEED)
+    try:
+        texts = [dispatch_text(case.single, case.inputs)]
+        seq_values = _numpy(program_inputs(case.single, case.inputs))
+        rank_values = []
+        for rank in range(world):
+            with fake_world(rank, world):
+                program = case.distributed(rank, world)
+                texts.append(dispatch_text(program, case.inputs))
+                rank_values.append(_numpy(program_inputs(program, case.inputs)))
+    finally:
+        draws.restore(case.single, saved)
+    original = {k: v for k, v in _numpy(program_inputs(case.single, {})).items() if k in seq_values} if saved else {}
+    bindings = resolve_inputs({k: v.shape for k, v in seq_values.items()}, [{k: v.shape for k, v in r.items()}
+                              for r in rank_values], parse_spec(case.relations), seq_values, rank_values,
+                              original_values=original or None)
+    h = hashlib.sha256("\0".join(texts).encode())
+    for key in sorted(bindings):
+        b = bindings[key]
+        h.update(repr((key, b.seq_name, str(b.relation), b.how)).encode())
+    return h.hexdigest()[:16]
+
+
+def prepare_block(single, parallel_of_rank: Callable, x, g, world: int, name: str, inputs: dict):
+    """One layer's block captured and related, with the contract's expectations: its Prepared."""
+    case = _case(single, parallel_of_rank, x, g, world, name, inputs)
+    p = prepare(case, world)
+    dist, grads = training_expectations(p.seq, p.dist, p.bindings)  # a parameter's gradient relates as it does
+    p = replace(p, dist=dist, expect={**grads, **p.expect},
+                gradients=frozenset(n for n in p.seq.outputs if n.startswith(GRAD)))
+    return p
+
+
+def verify_blocks(single_layers: list, parallel: Callable, x, g, world: int, name: str = "stack",
+                  inputs: dict | None = None, confirm_draws: int | None = None, fixes: bool = False):
+    """The stack's report (``report.blocks`` says how many layers, how many distinct blocks,
+    which layer holds which contract); a finding's ``layer`` is where it is."""
+    t0 = time.perf_counter()
+    inputs = {k: str(parse_relation(v)) for k, v in (inputs or REPLICATED).items()}
+    of_rank = [(lambda r, w, i=i, s=single: parallel(i, s, r, w)) for i, single in enumerate(single_layers)]
+    with screening():
+        order = [screen_block(single, of_rank[i], x, g, world, f"{name} layer {i}", inputs)
+                 for i, single in enumerate(single_layers)]
+    contracts, prepared = {}, {}
+    for i, key in enumerate(order):
+        if key not in prepared:  # the first layer of its class: captured for the proof
+            prepared[key] = prepare_block(single_layers[i], of_rank[i], x, g, world, f"{name} layer {i}", inputs)
+    for key, p in prepared.items():
+        report = verify_prepared(p, confirm_draws=confirm_draws, fixes=fixes)
+        contracts[key] = eb.contract_of(key, [i for i, k in enumerate(order) if k == key], inputs, report,
+                                        eb.structure_key([p.seq] + p.dist.graphs))
+    report = eb.combine(order, contracts, inputs, name)
+    report.stats["wall_seconds"] = round(time.perf_counter() - t0, 4)
+    return report
