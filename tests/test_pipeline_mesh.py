@@ -35,16 +35,9 @@ def mesh3d():
     return _verified("pipeline_llama_3d", 8)
 
 
-def _check_mesh_step(prepared, report, pp: int, dp: int, tp: int, cp: int, microbatches: int):
-    """Rank = ((stage * dp + dp_rank) * tp + tp_rank) * cp + cp_rank (zoo/train/mini_mesh.py)."""
-    assert report.status == "verified", (report.reason, report.findings[:1])
-    holds = {o.name: o.holds for o in report.outputs}
-    assert holds["loss"] == "Replicate()"
-    assert holds["grad:layers.0.attention_norm.weight"] == "Replicate()"
-    # column-parallel rows / row-parallel columns split over tp, whole over the other axes
-    assert "Shard(0)" in holds["grad:layers.1.wq.weight"] and "Shard(1)" in holds["grad:layers.0.w2.weight"], holds
-    if cp == 1:
-        assert holds["grad:layers.1.wq.weight"] == f"Mesh([{pp * dp}, {tp}], (Replicate(), Shard(0)))", holds
+def _check_groups(prepared, report, pp: int, dp: int, tp: int, cp: int, microbatches: int):
+    """Rank = ((stage * dp + dp_rank) * tp + tp_rank) * cp + cp_rank (zoo/train/mini_mesh.py): each
+    rank's stage and microbatches, its P2P peer, and the groups of its collectives."""
     assert report.temporal["checked"] and report.temporal["findings"] == 0, report.temporal
     per_stage = dp * tp * cp
     for rank, graph in enumerate(prepared.dist.graphs):
@@ -59,28 +52,37 @@ def _check_mesh_step(prepared, report, pp: int, dp: int, tp: int, cp: int, micro
                 groups.setdefault(e.op, set()).add(e.ranks)
         same = [r for r in range(stage * per_stage, (stage + 1) * per_stage)]
         tp_group = tuple(r for r in same if r // (tp * cp) == rank // (tp * cp) and r % cp == rank % cp)
-        dp_cp_group = tuple(r for r in same if r // cp % tp == rank // cp % tp)
-        assert tp_group in groups["all_reduce"] and dp_cp_group in groups["all_reduce"], groups
+        dp_group = tuple(r for r in same if r % (tp * cp) == rank % (tp * cp))
+        assert tp_group in groups["all_reduce"] and dp_group in groups["all_reduce"], groups
         assert groups["broadcast"] == {tuple(rank % per_stage + s * per_stage for s in range(pp))}
         if cp > 1:
-            assert groups["all_to_all"] == {tuple(range(rank - rank % cp, rank - rank % cp + cp))}, groups
-    return holds
+            cp_group = tuple(range(rank - rank % cp, rank - rank % cp + cp))
+            assert groups["all_to_all"] == {cp_group} and cp_group in groups["all_reduce"], groups
 
 
+@pytest.mark.slow  # ~30 s alone, minutes beside other tests on 2 cores: over make test's 30 s per representative
 def test_llama_dp2_pp2_tp2_1f1b_verified(mesh3d):
     """Loss and every gradient equal the whole model's step: tp-sharded ones as Megatron shards
     them; the P2P between the two stages' ranks of the same (dp, tp) coordinates; f/g over tp
     and the gradient all_reduce over dp, on their groups; no temporal finding."""
     prepared, report = mesh3d
-    _check_mesh_step(prepared, report, pp=2, dp=2, tp=2, cp=1, microbatches=4)
+    assert report.status == "verified", (report.reason, report.findings[:1])
+    holds = {o.name: o.holds for o in report.outputs}
+    assert holds["loss"] == "Replicate()" and holds["grad:layers.0.attention_norm.weight"] == "Replicate()"
+    # column-parallel rows / row-parallel columns split over tp, whole over the other axes
+    assert holds["grad:layers.1.wq.weight"] == "Mesh([4, 2], (Replicate(), Shard(0)))", holds
+    assert holds["grad:layers.0.w2.weight"] == "Mesh([4, 2], (Replicate(), Shard(1)))", holds
+    _check_groups(prepared, report, pp=2, dp=2, tp=2, cp=1, microbatches=4)
 
 
 @pytest.mark.sweep
-def test_llama_4d_dp_pp_tp_cp_verified():
-    """The 4-D mesh (16 ranks): Ulysses all_to_all over cp on every rank, gradients reduced over
-    dp x cp."""
+def test_llama_4d_dp_pp_tp_cp_unknown_not_verified():
+    """The 4-D mesh (16 ranks): Ulysses all_to_all over cp on every rank, gradients, loss and
+    token count summed over cp, then dp. Correct on gloo (below) but a known gap of the view rule
+    (pipeline_llama_4d.KNOWN_GAP): unknown, naming the view, never verified."""
     prepared, report = _verified("pipeline_llama_4d", 16)
-    _check_mesh_step(prepared, report, pp=2, dp=2, tp=2, cp=2, microbatches=2)
+    assert report.status == "unknown" and "view" in report.reason, report.reason
+    _check_groups(prepared, report, pp=2, dp=2, tp=2, cp=2, microbatches=2)
 
 
 @pytest.mark.sweep

@@ -3,9 +3,10 @@ groups (cp fastest, then tp, then dp, then the pipeline stage), Megatron
 tensor-parallel Llama blocks on each stage (f/g autograd operators over the tp group), optionally
 DeepSpeed-Ulysses context parallelism inside attention (all_to_all over the cp group, sequence
 <-> heads, with the reverse all_to_all as its backward), all under the 1F1B schedule of
-``mini_pipeline.py``. Gradients are all-reduced over the data-parallel group *with* context
-parallelism (Megatron's ``get_data_parallel_group(with_context_parallel=True)``): every cp rank
-holds a partial gradient of its sequence shard.
+``mini_pipeline.py``. Gradients, the loss and the token count are summed over the context-parallel
+group, then over the data-parallel group (each cp rank holds a partial sum of its sequence shard;
+Megatron sums over its dp x cp group in one all_reduce, which shardproof cannot relate yet: an
+all_reduce over a group holding a piece on two dims comes back unknown).
 
 Each rank holds its tp shard of every layer (the single-device names, ``layers.{i}.wq.weight``)
 and runs its stage's layers; each piece is a method so that a bug example overrides one.
@@ -33,7 +34,7 @@ class GridMesh:
         self.dp_rank, self.stage = (rank // (tp * cp)) % self.dp, rank // (tp * cp * self.dp)
         self.tp_group = self._axis_group(world, lambda r: (r // (tp * cp), r % cp))
         self.cp_group = self._axis_group(world, lambda r: (r // cp, None))
-        self.dp_group = self._axis_group(world, lambda r: (r // (tp * cp * self.dp), (r // cp) % tp))  # dp x cp
+        self.dp_group = self._axis_group(world, lambda r: (r // (tp * cp * self.dp), r % (tp * cp)))
         self.pp_group = self._axis_group(world, lambda r: (r % (tp * cp * self.dp), None))
 
     def _axis_group(self, world: int, key):
@@ -74,30 +75,20 @@ def _all_to_all(x, split_dim: int, cat_dim: int, group):
     return torch.cat(recv, dim=cat_dim)
 
 
-class SeqToHeads(torch.autograd.Function):
-    """Ulysses' all_to_all: (B, H, s, D) sequence shard -> (B, H/cp, S, D) head shard; backward the reverse."""
+class AllToAll(torch.autograd.Function):
+    """Ulysses' all_to_all (``_all_to_all``) with the reverse exchange as its backward:
+    ``(x, group, 1, 2)`` trades a (B, H, s, D) sequence shard for a (B, H/cp, S, D) head shard,
+    ``(y, group, 2, 1)`` trades back."""
 
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _all_to_all(x, 1, 2, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _all_to_all(grad, 2, 1, ctx.group), None
-
-
-class HeadsToSeq(torch.autograd.Function):
-    """(B, H/cp, S, D) head shard -> (B, H, s, D) sequence shard; backward the reverse."""
-
-    @staticmethod
-    def forward(ctx, y, group):
-        ctx.group = group
-        return _all_to_all(y, 2, 1, group)
+    def forward(ctx, x, group, split_dim: int, cat_dim: int):
+        ctx.group, ctx.dims = group, (split_dim, cat_dim)
+        return _all_to_all(x, split_dim, cat_dim, group)
 
     @staticmethod
     def backward(ctx, grad):
-        return _all_to_all(grad, 1, 2, ctx.group), None
+        split_dim, cat_dim = ctx.dims
+        return _all_to_all(grad, cat_dim, split_dim, ctx.group), None, None, None
 
 
 class UlyssesLlamaBlock(MeshLlamaBlock):
@@ -113,15 +104,11 @@ class UlyssesLlamaBlock(MeshLlamaBlock):
 
     def attention(self, x):
         b, s, _ = x.shape
-        x = self.enter_attention(x)
-        q = self.wq(x).view(b, s, self.local_heads, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
-        q, k, v = (SeqToHeads.apply(t, self.cp_group) for t in (q, k, v))
+        q, k, v = (AllToAll.apply(t, self.cp_group, 1, 2) for t in self.qkv(x))
         n_rep = self.local_heads // self.local_kv_heads
         o = F.scaled_dot_product_attention(self.rope(q), repeat_kv(self.rope(k), n_rep), repeat_kv(v, n_rep),
                                            is_causal=True, scale=self.attention_scale())
-        o = HeadsToSeq.apply(o, self.cp_group)
+        o = AllToAll.apply(o, self.cp_group, 2, 1)
         return self.reduce_tp(self.wo(o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim)))
 
 
@@ -136,6 +123,20 @@ class MeshPipelineTraining(PipelineTraining):
         self.mesh = GridMesh(rank, world, pp, tp, cp)
         self.layers = nn.ModuleList(self.block(b, self.mesh) for b in full.layers)
         self.first, self.last = self.mesh.stage == 0, self.mesh.stage == pp - 1
+
+
+    def over_cp(self, t):
+        """`t` summed over the context-parallel group (each cp rank's share is its sequence shard's)."""
+        return all_reduce(t, self.mesh.cp_group) if self.mesh.cp > 1 else t
+
+    def all_reduce_tokens(self, inputs):
+        return all_reduce(self.over_cp(inputs["mask"].sum()), self.mesh.dp_group)
+
+    def reduce_gradients(self, grads):
+        return super().reduce_gradients({n: self.over_cp(g) for n, g in grads.items()})
+
+    def publish(self, loss, grads):
+        return super().publish(self.over_cp(loss), grads)
 
 
 class MeshUlyssesTraining(MeshPipelineTraining):

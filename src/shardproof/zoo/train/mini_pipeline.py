@@ -156,6 +156,10 @@ class PipelineTraining(nn.Module):
     def accumulate(self, grads, new):
         return {n: g if n not in grads else grads[n] + g for n, g in new.items()}
 
+    def all_reduce_tokens(self, inputs):
+        """The global token count (the loss's normaliser): the dp replicas' masks summed."""
+        return all_reduce(inputs["mask"].sum(), self.mesh.dp_group)
+
     def reduce_gradients(self, grads):
         return {n: all_reduce(g, self.mesh.dp_group) for n, g in grads.items()}
 
@@ -164,7 +168,7 @@ class PipelineTraining(nn.Module):
     def run_schedule(self, params, inputs, train):
         self.microbatches = split_microbatches(inputs, train.microbatches)
         self.saved, self.grads = [], {}
-        total_tokens = all_reduce(inputs["mask"].sum(), self.mesh.dp_group)
+        total_tokens = self.all_reduce_tokens(inputs)
         shape, m, stage = tuple(self.microbatches[0]["x"].shape), train.microbatches, self.mesh.stage
         warmup = min(self.mesh.pp - stage - 1, m)
         losses = []
