@@ -58,6 +58,14 @@ def one(n_layers, dp, tp, microbatches, workers=None) -> dict:
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
 
+def run_row(cmd: list):
+    """One configuration in its own process: the JSON row it prints last, or its last error line."""
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        return (out.stderr.strip().splitlines() or ["?"])[-1][:100]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a smaller sweep")
@@ -76,11 +84,10 @@ def main() -> None:
         cmd = [sys.executable, os.path.abspath(__file__), "--one", ",".join(map(str, c))]
         if args.workers is not None:
             cmd += ["--workers", str(args.workers)]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode:
-            print(f"| {' | '.join(map(str, c))} | failed: {out.stderr.strip().splitlines()[-1][:100]} |")
+        r = run_row(cmd)
+        if isinstance(r, str):
+            print(f"| {' | '.join(map(str, c))} | failed: {r} |")
             continue
-        r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"| {r['N']} | {r['dp']} | {r['tp']} | {r['M']} | {r['ranks']} | {r['nodes']} | {r['capture_s']} "
               f"| {r['capture_cpu_s']} | {r['ms_per_node']} | {r['prove_s']} | {r['verdict']} | {r['peak_mb']} |",
               flush=True)
