@@ -60,6 +60,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/scale.py --blocks
 	$(BIN)/python bench/llama_fake.py
 	$(BIN)/python bench/llama405b.py
+	$(BIN)/python bench/pipeline.py
 
 # mutation testing over the correct zoo cases: exit 1 if a mutant survives (unsound rules)
 mutants: $(STAMP)

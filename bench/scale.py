@@ -102,12 +102,17 @@ def blocks_table(todo) -> None:
             print(f"N{n}/N1 wall (tp{tp}): {wall / walls[(1, tp)]:.2f}")
 
 
-def _subprocess(args):
-    """Run this script on `args` in a fresh process: its last line as JSON, or the error."""
-    out = subprocess.run([sys.executable, os.path.abspath(__file__)] + args, capture_output=True, text=True)
+def run_row(cmd: list):
+    """One configuration in its own process: the JSON row it prints last, or its last error line."""
+    out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode:
-        return out.stderr.strip().splitlines()[-1][:100]
+        return (out.stderr.strip().splitlines() or ["?"])[-1][:100]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _subprocess(args):
+    """Run this script on `args` in a fresh process (see :func:`run_row`)."""
+    return run_row([sys.executable, os.path.abspath(__file__)] + args)
 
 
 def main() -> None:

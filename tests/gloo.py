@@ -146,7 +146,8 @@ def agrees(path: str, world_size: int, tol: float = 1e-6) -> bool:
 
 def _train_main(rank: int, world: int, port: int, path: str, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=15))
+    seconds = float(os.environ.get("SHARDPROOF_GLOO_TIMEOUT_S", 15))  # 8-16 ranks on 2 cores need more
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=seconds))
     try:
         from dataclasses import replace
         case = load_case(path, world)
@@ -405,3 +406,22 @@ def run_with_timeout(program, world: int, timeout: float = 5.0, **kwargs):
             if p.is_alive():
                 p.kill()
     return [results[r] for r in range(world)]
+
+
+def local_piece(whole, local, index: int):
+    """`whole`'s chunk `index` along the one dimension where `local` is smaller (a tensor-parallel
+    shard), or `whole` itself when the shapes agree."""
+    dims = [d for d in range(whole.dim()) if whole.shape[d] != local.shape[d]]
+    if not dims:
+        return whole
+    return whole.chunk(whole.shape[dims[0]] // local.shape[dims[0]], dims[0])[index]
+
+
+def tp_gradients_agree(path: str, world_size: int, tp: int, cp: int = 1, timeout: float = 600) -> bool:
+    """Whether every gloo rank's gradients equal the single-device ones, each tensor-parallel
+    gradient compared with its tp rank's (``rank // cp % tp``) chunk of the whole."""
+    single, ranks = training_gradients(path, world_size, timeout)
+    if any(not isinstance(r, dict) for r in ranks):
+        return False
+    return all(torch.allclose(got[n].double(), local_piece(g.detach(), got[n], rank // cp % tp).double(), rtol=1e-5,
+                              atol=1e-6) for rank, got in enumerate(ranks) for n, g in single.items())

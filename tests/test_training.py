@@ -77,6 +77,8 @@ def test_training_bug_found(module):
     finding = report.findings[0]
     assert (finding.node, finding.op) == (meta["bug_node"], meta["bug_op"]), finding
     assert finding.source and meta["bug_source"] in finding.source, finding.source
+    if "bug_stage" in meta:  # a pipeline bug: the stage and microbatch the schedule ran it in
+        assert (finding.stage, finding.microbatch) == (meta["bug_stage"], meta["bug_microbatch"]), finding
     check_hint(finding, meta)
 
 

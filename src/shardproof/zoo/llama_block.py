@@ -160,12 +160,18 @@ class ParallelLlamaBlock(TensorParallel):
         """The residual stream read twice, by the residual add and by the norm (nnScaler's multiref)."""
         return h, h
 
-    def attention(self, x):
+    def qkv(self, x):
+        """The rank's query, key and value heads, (batch, heads, seq, head_dim) each."""
         b, s, _ = x.shape
         x = self.enter_attention(x)
         q = self.wq(x).view(b, s, self.local_heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
+        return q, k, v
+
+    def attention(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x)
         q, k = self.rope(q), self.rope(k)
         n_rep = self.local_heads // self.local_kv_heads
         o = F.scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), is_causal=True,
