@@ -107,6 +107,14 @@ def _parser() -> argparse.ArgumentParser:
                         "it stopped (checked between stages and between interpreted nodes)")
     v.add_argument("--capture-workers", metavar="K", type=int,
                    help="capture a live case's ranks on K forked processes (0: one per CPU; default 1)")
+    v.add_argument("--executor", choices=("serial", "local", "ray"),
+                   help="where a live case's ranks are captured: serial (this process), local (a pool of forked "
+                        "processes) or ray (a Ray cluster: --address, else a local Ray instance on loopback); "
+                        "the report is the same, its stats.timings say where each unit ran")
+    v.add_argument("--address", metavar="ADDR", help="--executor ray: the cluster's address (host:port, ray://..., "
+                                                      "auto); 'local' or none: start a Ray instance here")
+    v.add_argument("--workers", metavar="N", type=int,
+                   help="--executor local: processes (0: one per CPU; default one per CPU); ray: CPUs used")
     v.add_argument("--max-memory", metavar="SIZE",
                    help="peak memory (RSS) budget of the process, e.g. 2G or 512M: above it the verdict is unknown, "
                         "naming where it stopped")
@@ -305,9 +313,6 @@ def _confirm_draws(args) -> int | None:
 
 
 def _verify(args) -> int:
-    from rich.console import Console
-
-    from .report.summary import render_summary, summary_json
     _check_form(args)
     if args.capture_workers is not None:
         from .frontends import rank_pool
@@ -318,6 +323,31 @@ def _verify(args) -> int:
         raise UsageError(f"--save-counterexample {args.save_counterexample}: exists and is not a directory")
     for plugin in args.plugin:
         load_plugin(plugin)
+    with _executor(args):
+        return _verify_runs(args)
+
+
+def _executor(args):
+    """The run's executor (--executor, --address, --workers; engine/executor.py), or a no-op."""
+    import contextlib
+
+    from .engine import executor as ex
+    if args.executor is None:
+        if args.address is not None or args.workers is not None:
+            raise UsageError("--address and --workers choose where --executor runs: give --executor too")
+        return contextlib.nullcontext()
+    if args.address is not None and args.executor != "ray":
+        raise UsageError(f"--address is a Ray cluster's: it applies to --executor ray, not {args.executor}")
+    try:
+        return ex.using(ex.make(args.executor, args.address, args.workers))
+    except ex.ExecutorError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _verify_runs(args) -> int:
+    from rich.console import Console
+
+    from .report.summary import render_summary, summary_json
     runs = _plan(args)
     if len(runs) > 1 and args.html:
         raise UsageError("--html draws one run: give one case file and one world size")
