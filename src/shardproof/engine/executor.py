@@ -195,18 +195,34 @@ class RayExecutor(Executor):
         total = int(ray.cluster_resources().get("CPU", 1))
         super().__init__(min(workers, total) if workers and workers > 0 else total)
 
+    def _unreachable(self) -> Optional[str]:
+        """Why the cluster's address does not answer (a TCP connection to it, in 5 s), or
+        None: Ray itself retries an unreachable address for minutes."""
+        address = self.address.split("://", 1)[-1]
+        host, sep, port = address.rpartition(":")
+        if address == "auto" or not sep or not port.isdigit():
+            return None if address == "auto" else f"{self.address!r} is not host:port"
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+        except OSError as exc:
+            return f"nothing answers at {host}:{port} ({exc.strerror or exc})"
+        return None
+
     def _init(self, workers):
         options = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR",
                    "configure_logging": False}
         env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
+        where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance on loopback"
+        why = self._unreachable() if self.address else None
         try:
+            if why:
+                raise ConnectionError(why)
             if self.address is None:
                 self.ray.init(num_cpus=workers if workers and workers > 0 else cpus(), _node_ip_address="127.0.0.1",
                               runtime_env={"env_vars": env}, **options)
             else:
                 self.ray.init(address=self.address, **options)
         except Exception as exc:  # noqa: BLE001  (Ray's errors: no address, refused, version mismatch)
-            where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance on loopback"
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ExecutorError(f"--executor ray could not connect to {where}: {first}. Check that the cluster "
                                 f"is running (`ray start --head` prints its address) and that this machine "

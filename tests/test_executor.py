@@ -1,0 +1,132 @@
+"""Executors (engine/executor.py, issue 16): the ranks of a live case captured in this
+process, on a pool of forked processes or on Ray give the same report, apart from the
+timings (``stats.timings``, which say where each unit ran); a bug is found, at the same
+node, whatever ran the capture; the CLI's --executor errors are one paragraph, exit 3.
+
+The programs are the zoo's, labelled there by running them on a gloo group (the Llama
+training step is correct, verdict07 is a rank-0-only eps bug, missing_allreduce lacks the
+row-parallel all_reduce)."""
+import copy
+import importlib
+import os
+import sys
+
+import pytest
+
+from conftest import ZOO
+from shardproof import cli
+from shardproof.api import verify_case
+from shardproof.engine import executor as ex
+
+pytest.importorskip("torch", reason="live capture needs the torch extra")
+
+
+def _square(x):
+    return x * x
+
+
+def _without_timings(report) -> dict:
+    """The JSON report less what depends on the machine's speed and the executor."""
+    d = copy.deepcopy(report.to_json())
+    for key in ("timings", "seconds", "wall_seconds"):
+        d["stats"].pop(key, None)
+    for part in ("confirmation", "temporal"):
+        if d.get(part):
+            d[part].pop("seconds", None)
+    return d
+
+
+def _verify(module: str, executor: ex.Executor, world: int):
+    with ex.using(executor):
+        return verify_case(importlib.import_module(module).case(world), world)
+
+
+def test_local_pool_maps_in_order_and_records_each_worker():
+    """Results in the items' order on two forked workers, each unit with the process that ran it."""
+    pool = ex.make("local", workers=2)
+    assert pool.map(_square, range(5), "capture") == [0, 1, 4, 9, 16]
+    workers = {u.worker for u in pool.units}
+    assert len(pool.units) == 5 and all(u.stage == "capture" for u in pool.units)
+    assert f"{os.uname().nodename}:{os.getpid()}" not in workers  # not this process
+    serial = ex.make("serial")
+    assert serial.map(_square, range(5)) == [0, 1, 4, 9, 16] and serial.describe() == "serial"
+
+
+@pytest.fixture(scope="module")
+def missing_allreduce():
+    return {kind: _verify("missing_allreduce", ex.make(kind, workers=2), 2) for kind in ("serial", "local")}
+
+
+def test_a_bug_is_the_same_violation_on_every_executor(missing_allreduce):
+    """missing_allreduce (the row-parallel partial sum returned unreduced): the same violation,
+    node and rank, and the same JSON report, captured here or on two forked workers."""
+    serial, local = missing_allreduce["serial"], missing_allreduce["local"]
+    assert serial.status == local.status == "violation"
+    assert (serial.findings[0].node, serial.findings[0].kind) == (local.findings[0].node, local.findings[0].kind)
+    assert _without_timings(serial) == _without_timings(local)
+
+
+def test_report_says_where_each_rank_was_captured(missing_allreduce):
+    """stats.timings: the stages' seconds and one capture unit per rank plus the single-device
+    program, the ranks on the pool's workers."""
+    t = missing_allreduce["local"].stats["timings"]
+    assert t["executor"] == "local, 2 workers" and set(t["stages"]) == {"capture", "proof", "confirm"}
+    assert [u["unit"] for u in t["units"]] == ["single-device", "rank 0", "rank 1"]
+    parent = t["units"][0]["worker"]
+    assert all(u["worker"] != parent for u in t["units"][1:])
+    assert missing_allreduce["serial"].stats["timings"]["executor"] == "serial"
+
+
+def test_cli_executor_local_prints_the_stages(capsys):
+    """``--executor local --workers 2``: the terminal report carries the stages' line."""
+    code = cli.main(["verify", os.path.join(ZOO, "bugs", "missing_allreduce.py"), "--executor", "local",
+                     "--workers", "2", "--no-fix"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 1 and "stages: capture" in out and "[local, 2 workers;" in out, out
+
+
+def _error(capsys, argv) -> str:
+    code = cli.main(["verify", os.path.join(ZOO, "tp_mlp.py"), "--no-confirm", *argv])
+    err = capsys.readouterr().err
+    assert code == 3 and "Traceback" not in err, err
+    return " ".join(err.split())
+
+
+def test_cli_ray_not_importable_is_an_input_error(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    err = _error(capsys, ["--executor", "ray"])
+    assert "--executor ray needs Ray, which is not importable here" in err and "shardproof[ray]" in err, err
+
+
+def test_cli_unreachable_ray_address_is_an_input_error(capsys):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'shardproof[ray]')")
+    err = _error(capsys, ["--executor", "ray", "--address", "127.0.0.1:1"])
+    assert "could not connect to the Ray cluster at 127.0.0.1:1" in err, err
+
+
+def test_cli_address_needs_the_ray_executor(capsys):
+    assert "applies to --executor ray" in _error(capsys, ["--executor", "local", "--address", "x:1"])
+    assert "give --executor too" in _error(capsys, ["--workers", "2"])
+
+
+@pytest.mark.slow
+def test_ray_gives_the_local_pools_report_on_the_llama_step():
+    """The acceptance of issue 16: the zoo's Llama training step (dp2 x tp2, AdamW, clipping)
+    verified with its ranks captured on a local Ray instance on loopback (2 CPUs) gives the
+    local pool's JSON report apart from timings; verdict07 (eps 2.0 on rank 0 only) gives the
+    same violation, on rank 0, at the same node."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'shardproof[ray]')")
+    local = {m: _verify(m, ex.make("local", workers=2), 4) for m in ("llama_block_train", "verdict07_eps_add_one_rank")}
+    ray = ex.make("ray", None, 2)  # ray.init(num_cpus=2, include_dashboard=False) on 127.0.0.1
+    try:
+        with ex.using(ray):
+            got = {m: verify_case(importlib.import_module(m).case(4), 4) for m in local}
+    finally:
+        ray.close()
+    assert local["llama_block_train"].status == "verified"
+    bug = got["verdict07_eps_add_one_rank"]
+    assert bug.status == "violation" and bug.findings[0].rank == [0] and bug.findings[0].op == "aten.add"
+    for m in local:
+        assert _without_timings(got[m]) == _without_timings(local[m]), m
+        timings = got[m].stats["timings"]
+        assert timings["executor"] == "ray, 2 workers" and len(timings["units"]) == 5
