@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/zoo.py
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/llama_fake.py
+	$(BIN)/python bench/executors.py --repeat 1
 
 # mutation testing over the correct zoo cases: exit 1 if a mutant survives (unsound rules)
 mutants: $(STAMP)
