@@ -85,6 +85,21 @@ def test_cli_executor_local_prints_the_stages(capsys):
     assert code == 1 and "stages: capture" in out and "[local, 2 workers;" in out, out
 
 
+def test_mutants_are_judged_alike_on_the_local_pool():
+    """Mutation testing (independent proofs, one unit per mutant): the local pool's outcomes are
+    the serial ones, mutant by mutant (tp_mlp, collectives dropped or given another reduce op)."""
+    from shardproof.api import mutation_test
+    import tp_mlp
+
+    def outcomes(executor):
+        with ex.using(executor):
+            return [(o.mutant.what, o.verdict, o.outcome, o.finding)
+                    for o in mutation_test(tp_mlp.case(2), 2, ["drop-collective", "reduce-op"])]
+    serial = outcomes(ex.make("serial"))
+    assert serial and outcomes(ex.make("local", workers=2)) == serial
+    assert {o for _, _, o, _ in serial} <= {"killed", "equivalent"}
+
+
 def _error(capsys, argv) -> str:
     code = cli.main(["verify", os.path.join(ZOO, "tp_mlp.py"), "--no-confirm", *argv])
     err = capsys.readouterr().err

@@ -638,11 +638,14 @@ def mutation_test(case: Case, world_size: int | None = None, operators=None, pro
     say = progress or _quiet
     p = prepare(case, world_size)
     todo = [m for m in mutants(p.dist, operators, p.bindings, p.examples) if m.program is not None]  # None: does not apply here
-    outcomes = []
-    for i, m in enumerate(todo):
-        say(f"{case.name}: {m.what}", i, len(todo))
-        outcomes.append(judge(p.seq, m, p.bindings, p.expect, p.examples, gradients=p.gradients))
-    return outcomes
+
+    def judged(i: int):  # without its mutant, which need not travel back from a worker
+        return replace(judge(p.seq, todo[i], p.bindings, p.expect, p.examples, gradients=p.gradients), mutant=None)
+    run, mark = executor.active() or executor.Executor(), len(executor.LOG)  # independent proofs: the run's executor
+    outcomes = run.map(judged, range(len(todo)), "mutants", [m.what for m in todo],
+                       lambda i: say(f"{case.name}: {todo[i].what}", i, len(todo)))
+    executor.collect(mark)
+    return [replace(o, mutant=m) for o, m in zip(outcomes, todo)]
 
 
 def run_zoo_case(case: Case, name: str, progress: Progress = None):

@@ -107,14 +107,7 @@ def _parser() -> argparse.ArgumentParser:
                         "it stopped (checked between stages and between interpreted nodes)")
     v.add_argument("--capture-workers", metavar="K", type=int,
                    help="capture a live case's ranks on K forked processes (0: one per CPU; default 1)")
-    v.add_argument("--executor", choices=("serial", "local", "ray"),
-                   help="where a live case's ranks are captured: serial (this process), local (a pool of forked "
-                        "processes) or ray (a Ray cluster: --address, else a local Ray instance on loopback); "
-                        "the report is the same, its stats.timings say where each unit ran")
-    v.add_argument("--address", metavar="ADDR", help="--executor ray: the cluster's address (host:port, ray://..., "
-                                                      "auto); 'local' or none: start a Ray instance here")
-    v.add_argument("--workers", metavar="N", type=int,
-                   help="--executor local: processes (0: one per CPU; default one per CPU); ray: CPUs used")
+    _executor_arguments(v, "a live case's ranks are captured")
     v.add_argument("--max-memory", metavar="SIZE",
                    help="peak memory (RSS) budget of the process, e.g. 2G or 512M: above it the verdict is unknown, "
                         "naming where it stopped")
@@ -156,6 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--operator", action="append", default=[], metavar="NAME",
                    help="only this mutation operator (repeatable); default: all")
     m.add_argument("--json", metavar="FILE", help="also write every mutant's outcome as JSON ('-' for stdout only)")
+    _executor_arguments(m, "the mutants are judged")
     cli_ops.add_parser(sub)
     return p
 
@@ -181,6 +175,18 @@ def _import_file(path: str, what: str):
     except Exception as exc:
         raise UsageError(f"{what} {path} failed to load: {type(exc).__name__}: {exc}{user_location(exc)}") from None
     return module
+
+
+def _executor_arguments(parser, what: str) -> None:
+    """--executor, --address, --workers (engine/executor.py): where the units of work run."""
+    parser.add_argument("--executor", choices=("serial", "local", "ray"),
+                        help=f"where {what}: serial (this process), local (a pool of forked processes) or ray "
+                             f"(a Ray cluster: --address, else a local Ray instance on loopback); the results are "
+                             f"the same, a report's stats.timings say where each unit ran")
+    parser.add_argument("--address", metavar="ADDR", help="--executor ray: the cluster's address (host:port, "
+                                                           "ray://..., auto); 'local' or none: start a Ray instance here")
+    parser.add_argument("--workers", metavar="N", type=int,
+                        help="--executor local: processes (0 or default: one per CPU); ray: CPUs used")
 
 
 def load_case_module(path: str):
@@ -471,16 +477,17 @@ def _mutants(args) -> int:
     results = {}
     if args.world_size is not None:
         check_world_size(args.world_size)
-    for path in args.cases:
-        module = load_case_module(path)
-        case = module.case(args.world_size) if args.world_size else module.case()
-        check_case(case, path, "case()")
-        name = case.name or os.path.splitext(os.path.basename(path))[0]
-        try:
-            with progress_bar(console, enabled=not to_stdout) as progress:
-                results[name] = mutation_test(case, args.world_size, args.operator or None, progress)
-        except InputError as exc:
-            raise UsageError(f"{path}: {exc}") from None
+    with _executor(args):
+        for path in args.cases:
+            module = load_case_module(path)
+            case = module.case(args.world_size) if args.world_size else module.case()
+            check_case(case, path, "case()")
+            name = case.name or os.path.splitext(os.path.basename(path))[0]
+            try:
+                with progress_bar(console, enabled=not to_stdout) as progress:
+                    results[name] = mutation_test(case, args.world_size, args.operator or None, progress)
+            except InputError as exc:
+                raise UsageError(f"{path}: {exc}") from None
     if not to_stdout:
         render_mutants(results, console)
     _emit_json(args.json, mutants_json(results))
