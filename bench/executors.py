@@ -15,17 +15,11 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+from shardproof.engine.executor import without_timings  # noqa: E402
 LLAMA = os.path.join(ROOT, "src", "shardproof", "zoo", "train", "llama_block_train.py")
 EXECUTORS = ("serial", "local", "ray")
-
-
-def _without_timings(d: dict) -> dict:
-    for key in ("timings", "seconds", "wall_seconds"):
-        d["stats"].pop(key, None)
-    for part in ("confirmation", "temporal"):
-        if d.get(part):
-            d[part].pop("seconds", None)
-    return d
 
 
 def run(executor: str, case: str, world: int, workers: int, out: str) -> tuple[float, dict]:
@@ -53,7 +47,7 @@ def main() -> None:
                 wall, report = run(executor, args.case, args.world_size, args.workers, os.path.join(tmp, "r.json"))
                 stages = report["stats"]["timings"]["stages"]
                 rows.append((executor, i + 1, wall, stages, report["status"]))
-                same = _without_timings(report)
+                same = without_timings(report)
                 reference = reference or same
                 if same != reference:
                     print(f"DIFFERENT REPORT: {executor}, run {i + 1}")

@@ -6,7 +6,6 @@ node, whatever ran the capture; the CLI's --executor errors are one paragraph, e
 The programs are the zoo's, labelled there by running them on a gloo group (the Llama
 training step is correct, verdict07 is a rank-0-only eps bug, missing_allreduce lacks the
 row-parallel all_reduce)."""
-import copy
 import importlib
 import os
 import sys
@@ -26,14 +25,7 @@ def _square(x):
 
 
 def _without_timings(report) -> dict:
-    """The JSON report less what depends on the machine's speed and the executor."""
-    d = copy.deepcopy(report.to_json())
-    for key in ("timings", "seconds", "wall_seconds"):
-        d["stats"].pop(key, None)
-    for part in ("confirmation", "temporal"):
-        if d.get(part):
-            d[part].pop("seconds", None)
-    return d
+    return ex.without_timings(report.to_json())
 
 
 def _verify(module: str, executor: ex.Executor, world: int):

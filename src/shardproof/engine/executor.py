@@ -84,6 +84,17 @@ def stage_times(capture: Optional[dict], proof: float, confirm: float) -> dict:
     return out
 
 
+def without_timings(report: dict) -> dict:
+    """A JSON report (``Report.to_json()``) less what depends on the machine's speed and on
+    the executor (stats.timings and the seconds): what every executor must give alike."""
+    out = {**report, "stats": {k: v for k, v in report.get("stats", {}).items()
+                               if k not in ("timings", "seconds", "wall_seconds")}}
+    for part in ("confirmation", "temporal"):
+        if out.get(part):
+            out[part] = {k: v for k, v in out[part].items() if k != "seconds"}
+    return out
+
+
 _TASK: list = []  # the function the forked workers run (set before the fork)
 
 
