@@ -92,6 +92,18 @@ def test_mutants_are_judged_alike_on_the_local_pool():
     assert {o for _, _, o, _ in serial} <= {"killed", "equivalent"}
 
 
+def test_zoo_cases_run_alike_on_the_local_pool(capsys):
+    """``shardproof zoo --executor local``: one unit per case, the same verdicts and findings."""
+    import json
+
+    def zoo(*argv):
+        assert cli.main(["zoo", "-k", "bugs/allreduce_a*", "--json", "-", *argv]) == 0
+        return [{k: v for k, v in c.items() if k != "seconds"} for c in json.loads(capsys.readouterr().out)["cases"]]
+    serial = zoo()
+    assert [c["case"] for c in serial] == ["bugs/allreduce_as_allgather", "bugs/allreduce_avg"]
+    assert zoo("--executor", "local", "--workers", "2") == serial
+
+
 def _error(capsys, argv) -> str:
     code = cli.main(["verify", os.path.join(ZOO, "tp_mlp.py"), "--no-confirm", *argv])
     err = capsys.readouterr().err

@@ -136,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     z.add_argument("-k", dest="pattern", metavar="PATTERN", help="only cases whose name contains or matches PATTERN")
     z.add_argument("--list", action="store_true", help="list the cases, their source and expectation; run nothing")
     z.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-' for stdout only)")
+    _executor_arguments(z, "the cases run (one unit per case)")
     m = sub.add_parser("mutants", help="mutation testing: inject bugs into correct cases' distributed graphs and "
                                        "check every mutant is caught or genuinely equivalent",
                        description="Capture each (correct) case, mutate its distributed graphs (drop, duplicate, "
@@ -446,20 +447,32 @@ def _zoo(args) -> int:
     to_stdout = args.json == "-"
     console = Console(stderr=to_stdout)
     results = []
-    for path in paths:
-        case = load_case_module(path).case()
-        if args.list:
-            console.print(f"{entry_name(path):44} {expectation(case.meta, case.world_size).verdict:10} "
-                          f"{case.meta.get('source', '')}", highlight=False, soft_wrap=True)
-            continue
-        with progress_bar(console, enabled=not to_stdout) as progress:
-            results.append(run_zoo_case(case, entry_name(path), progress))
+    with _executor(args) as run:
+        if run is not None and not args.list:  # the cases on the executor, each in one worker
+            with progress_bar(console, enabled=not to_stdout) as progress:
+                results = run.map(_zoo_case, paths, "zoo", [entry_name(p) for p in paths],
+                                  lambda i: progress and progress(f"{entry_name(paths[i])} (submitted)", i, len(paths)))
+        for path in paths if run is None or args.list else []:
+            case = load_case_module(path).case()
+            if args.list:
+                console.print(f"{entry_name(path):44} {expectation(case.meta, case.world_size).verdict:10} "
+                              f"{case.meta.get('source', '')}", highlight=False, soft_wrap=True)
+                continue
+            with progress_bar(console, enabled=not to_stdout) as progress:
+                results.append(run_zoo_case(case, entry_name(path), progress))
     if args.list:
         return 0
     if not to_stdout:
         render_zoo(results, console)
     _emit_json(args.json, zoo_json(results))
     return 0 if all(r.ok for r in results) else 1
+
+
+def _zoo_case(path: str):
+    """One zoo case, loaded and run where the executor runs it."""
+    from .api import run_zoo_case
+    from .zoo import entry_name
+    return run_zoo_case(load_case_module(path).case(), entry_name(path))
 
 
 def _mutants(args) -> int:

@@ -99,6 +99,10 @@ _TASK: list = []  # the function the forked workers run (set before the fork)
 
 
 def _forked(item):
+    _ACTIVE.clear()  # a unit's own units run in its worker, serially
+    torch = sys.modules.get("torch")
+    if torch is not None:  # OpenMP's thread team does not survive fork: a worker computes on one thread
+        torch.set_num_threads(1)
     return _timed(_TASK[0], item)
 
 
