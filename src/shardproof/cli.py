@@ -150,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--operator", action="append", default=[], metavar="NAME",
                    help="only this mutation operator (repeatable); default: all")
     m.add_argument("--json", metavar="FILE", help="also write every mutant's outcome as JSON ('-' for stdout only)")
-    _executor_arguments(m, "the mutants are judged")
+    _executor_arguments(m, "the mutants are judged (default: local)")
     cli_ops.add_parser(sub)
     return p
 
@@ -334,11 +334,14 @@ def _verify(args) -> int:
         return _verify_runs(args)
 
 
-def _executor(args):
-    """The run's executor (--executor, --address, --workers; engine/executor.py), or a no-op."""
+def _executor(args, default: str | None = None):
+    """The run's executor (--executor, --address, --workers; engine/executor.py); without
+    --executor, `default` (a command whose units pay on a pool) or a no-op."""
     import contextlib
 
     from .engine import executor as ex
+    if args.executor is None and default is not None and args.address is None:
+        return ex.using(ex.make(default, None, args.workers))
     if args.executor is None:
         if args.address is not None or args.workers is not None:
             raise UsageError("--address and --workers choose where --executor runs: give --executor too")
@@ -490,7 +493,7 @@ def _mutants(args) -> int:
     results = {}
     if args.world_size is not None:
         check_world_size(args.world_size)
-    with _executor(args):
+    with _executor(args, default="local"):  # mutants are whole proofs: a pool pays even on 2 cores (bench/README.md)
         for path in args.cases:
             module = load_case_module(path)
             case = module.case(args.world_size) if args.world_size else module.case()
