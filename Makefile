@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[torch,jax,test,corpus]'
+	$(BIN)/pip install -q -e '.[torch,jax,test,corpus,ray]'
 	$(BIN)/pip install -q --no-deps megatron-core==0.16.1 torchtitan==0.3.0 triton==3.9.0 spmd_types==0.2.3
 	touch $(STAMP)
 
@@ -61,6 +61,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/llama_fake.py
 	$(BIN)/python bench/llama405b.py
 	$(BIN)/python bench/pipeline.py
+	$(BIN)/python bench/executors.py --repeat 1
 
 # mutation testing over the correct zoo cases: exit 1 if a mutant survives (unsound rules)
 mutants: $(STAMP)

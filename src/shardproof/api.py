@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .case import Case
+from .engine import executor
 from .engine.budget import stage as budget_stage
 from .engine.result import Confirmation, Report
 from .engine.verify import ENGINE_STAGES, differing_outputs, numeric_inputs, verify_graphs
@@ -103,12 +104,14 @@ def _capture_forward(case: Case, world: int, say, total: int, tc, workers=None):
     from .frontends.rank_pool import capture_ranks
     try:
         say("capturing the single-device program", 0, total)
+        t0, events = time.perf_counter(), TEMPORAL  # read here: a remote worker has its own module globals
         seq = tc.capture_single(case.single, case.inputs)
         seq_values = _numpy(tc.program_inputs(case.single, case.inputs))
+        executor.record("capture", "single-device", time.perf_counter() - t0)
 
         def capture_rank(rank):
             data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
-            graph, program = tc.capture_rank(case.distributed, rank, world, data, events=TEMPORAL)
+            graph, program = tc.capture_rank(case.distributed, rank, world, data, events=events)
             return graph, _numpy(tc.program_inputs(program, data))
         graphs, rank_values = capture_ranks(capture_rank, world, workers,
                                              lambda r: say(f"capturing rank {r} of {world}", 1 + r, total))
@@ -139,11 +142,13 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
     from .frontends.rank_pool import capture_ranks
     try:
         say("capturing the single-device training step", 0, total)
+        t0, events = time.perf_counter(), TEMPORAL  # read here: a remote worker has its own module globals
         seq, seq_inputs = tt.capture_single_step(case.single, case.inputs, case.train)
+        executor.record("capture", "single-device", time.perf_counter() - t0)
 
         def capture_rank(rank):
             data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
-            graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data, case.train, events=TEMPORAL)
+            graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data, case.train, events=events)
             return graph, _numpy(inputs)
         graphs, rank_values = capture_ranks(capture_rank, world, workers,
                                              lambda r: say(f"capturing rank {r} of {world} (training step)", 1 + r, total))
@@ -217,6 +222,7 @@ class Prepared:
     case: Optional[Case] = None  # a live case, run for real to confirm a proof (dumps: None)
     pairing: list = field(default_factory=list)  # dumps with --auto-relations: how outputs were paired
     stated: frozenset = frozenset()  # outputs expected as the returned DTensor's placements state
+    capture: Optional[dict] = None  # a live case's capture: seconds, executor, units (engine/executor.py)
 
 
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
@@ -238,9 +244,12 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
         expect.update({name: e.relation for name, e in file.expect.items()})
     if case.backend == "jax":
         seq, dist, seq_values = lower_jax_case(case, world_size, spec, progress)
-        rank_values = original = probe = None
+        rank_values = original = probe = timings = None
     else:
+        t0, mark = time.perf_counter(), len(executor.LOG)
         seq, dist, seq_values, rank_values, original, probe = capture_case(case, world_size, progress, workers)
+        ran_on, units = executor.collect(mark)
+        timings = {"seconds": time.perf_counter() - t0, "executor": ran_on, "units": units}
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
                               spec, seq_values, rank_values, original_values=original or None, probe=probe)
@@ -255,7 +264,8 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
                                 f"are: {', '.join(seq.outputs)}")
     gradients = frozenset(n for n in seq.outputs if n.startswith(GRADIENT_OUTPUTS)) if case.train else frozenset()
     return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values) | _optimizer_state(case, seq_values),
-                    case.name, gradients, case, stated=frozenset(n for n, r in stated.items() if expect[n] == r))
+                    case.name, gradients, case, stated=frozenset(n for n, r in stated.items() if expect[n] == r),
+                    capture=timings)
 
 
 def _optimizer_state(case: Case, values: dict) -> dict:
@@ -470,6 +480,8 @@ def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
         apply_to_report(report, [g.events for g in p.dist.graphs])
     if report.status == "verified":
         confirm(p, report, CONFIRM_DRAWS if confirm_draws is None else confirm_draws)
+    report.stats["timings"] = executor.stage_times(p.capture, report.stats.get("seconds", 0.0),
+                                                   report.confirmation.seconds if report.confirmation else 0.0)
     return report
 
 
@@ -626,11 +638,14 @@ def mutation_test(case: Case, world_size: int | None = None, operators=None, pro
     say = progress or _quiet
     p = prepare(case, world_size)
     todo = [m for m in mutants(p.dist, operators, p.bindings, p.examples) if m.program is not None]  # None: does not apply here
-    outcomes = []
-    for i, m in enumerate(todo):
-        say(f"{case.name}: {m.what}", i, len(todo))
-        outcomes.append(judge(p.seq, m, p.bindings, p.expect, p.examples, gradients=p.gradients))
-    return outcomes
+
+    def judged(i: int):  # without its mutant, which need not travel back from a worker
+        return replace(judge(p.seq, todo[i], p.bindings, p.expect, p.examples, gradients=p.gradients), mutant=None)
+    run, mark = executor.active() or executor.Executor(), len(executor.LOG)  # independent proofs: the run's executor
+    outcomes = run.map(judged, range(len(todo)), "mutants", [m.what for m in todo],
+                       lambda i: say(f"{case.name}: {todo[i].what}", i, len(todo)))
+    executor.collect(mark)
+    return [replace(o, mutant=m) for o, m in zip(outcomes, todo)]
 
 
 def run_zoo_case(case: Case, name: str, progress: Progress = None):

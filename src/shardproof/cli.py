@@ -107,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
                         "it stopped (checked between stages and between interpreted nodes)")
     v.add_argument("--capture-workers", metavar="K", type=int,
                    help="capture a live case's ranks on K forked processes (0: one per CPU; default 1)")
+    _executor_arguments(v, "a live case's ranks are captured")
     v.add_argument("--max-memory", metavar="SIZE",
                    help="peak memory (RSS) budget of the process, e.g. 2G or 512M: above it the verdict is unknown, "
                         "naming where it stopped")
@@ -135,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     z.add_argument("-k", dest="pattern", metavar="PATTERN", help="only cases whose name contains or matches PATTERN")
     z.add_argument("--list", action="store_true", help="list the cases, their source and expectation; run nothing")
     z.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-' for stdout only)")
+    _executor_arguments(z, "the cases run (one unit per case)")
     m = sub.add_parser("mutants", help="mutation testing: inject bugs into correct cases' distributed graphs and "
                                        "check every mutant is caught or genuinely equivalent",
                        description="Capture each (correct) case, mutate its distributed graphs (drop, duplicate, "
@@ -148,6 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--operator", action="append", default=[], metavar="NAME",
                    help="only this mutation operator (repeatable); default: all")
     m.add_argument("--json", metavar="FILE", help="also write every mutant's outcome as JSON ('-' for stdout only)")
+    _executor_arguments(m, "the mutants are judged (default: local)")
     cli_ops.add_parser(sub)
     return p
 
@@ -173,6 +176,18 @@ def _import_file(path: str, what: str):
     except Exception as exc:
         raise UsageError(f"{what} {path} failed to load: {type(exc).__name__}: {exc}{user_location(exc)}") from None
     return module
+
+
+def _executor_arguments(parser, what: str) -> None:
+    """--executor, --address, --workers (engine/executor.py): where the units of work run."""
+    parser.add_argument("--executor", choices=("serial", "local", "ray"),
+                        help=f"where {what}: serial (this process), local (a pool of forked processes) or ray "
+                             f"(a Ray cluster: --address, else a local Ray instance on loopback); the results are "
+                             f"the same, a report's stats.timings say where each unit ran")
+    parser.add_argument("--address", metavar="ADDR", help="--executor ray: the cluster's address (host:port, "
+                                                           "ray://..., auto); 'local' or none: start a Ray instance here")
+    parser.add_argument("--workers", metavar="N", type=int,
+                        help="--executor local: processes (0 or default: one per CPU); ray: CPUs used")
 
 
 def load_case_module(path: str):
@@ -305,9 +320,6 @@ def _confirm_draws(args) -> int | None:
 
 
 def _verify(args) -> int:
-    from rich.console import Console
-
-    from .report.summary import render_summary, summary_json
     _check_form(args)
     if args.capture_workers is not None:
         from .frontends import rank_pool
@@ -318,6 +330,34 @@ def _verify(args) -> int:
         raise UsageError(f"--save-counterexample {args.save_counterexample}: exists and is not a directory")
     for plugin in args.plugin:
         load_plugin(plugin)
+    with _executor(args):
+        return _verify_runs(args)
+
+
+def _executor(args, default: str | None = None):
+    """The run's executor (--executor, --address, --workers; engine/executor.py); without
+    --executor, `default` (a command whose units pay on a pool) or a no-op."""
+    import contextlib
+
+    from .engine import executor as ex
+    if args.executor is None and default is not None and args.address is None:
+        return ex.using(ex.make(default, None, args.workers))
+    if args.executor is None:
+        if args.address is not None or args.workers is not None:
+            raise UsageError("--address and --workers choose where --executor runs: give --executor too")
+        return contextlib.nullcontext()
+    if args.address is not None and args.executor != "ray":
+        raise UsageError(f"--address is a Ray cluster's: it applies to --executor ray, not {args.executor}")
+    try:
+        return ex.using(ex.make(args.executor, args.address, args.workers))
+    except ex.ExecutorError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _verify_runs(args) -> int:
+    from rich.console import Console
+
+    from .report.summary import render_summary, summary_json
     runs = _plan(args)
     if len(runs) > 1 and args.html:
         raise UsageError("--html draws one run: give one case file and one world size")
@@ -410,20 +450,32 @@ def _zoo(args) -> int:
     to_stdout = args.json == "-"
     console = Console(stderr=to_stdout)
     results = []
-    for path in paths:
-        case = load_case_module(path).case()
-        if args.list:
-            console.print(f"{entry_name(path):44} {expectation(case.meta, case.world_size).verdict:10} "
-                          f"{case.meta.get('source', '')}", highlight=False, soft_wrap=True)
-            continue
-        with progress_bar(console, enabled=not to_stdout) as progress:
-            results.append(run_zoo_case(case, entry_name(path), progress))
+    with _executor(args) as run:
+        if run is not None and not args.list:  # the cases on the executor, each in one worker
+            with progress_bar(console, enabled=not to_stdout) as progress:
+                results = run.map(_zoo_case, paths, "zoo", [entry_name(p) for p in paths],
+                                  lambda i: progress and progress(f"{entry_name(paths[i])} (submitted)", i, len(paths)))
+        for path in paths if run is None or args.list else []:
+            case = load_case_module(path).case()
+            if args.list:
+                console.print(f"{entry_name(path):44} {expectation(case.meta, case.world_size).verdict:10} "
+                              f"{case.meta.get('source', '')}", highlight=False, soft_wrap=True)
+                continue
+            with progress_bar(console, enabled=not to_stdout) as progress:
+                results.append(run_zoo_case(case, entry_name(path), progress))
     if args.list:
         return 0
     if not to_stdout:
         render_zoo(results, console)
     _emit_json(args.json, zoo_json(results))
     return 0 if all(r.ok for r in results) else 1
+
+
+def _zoo_case(path: str):
+    """One zoo case, loaded and run where the executor runs it."""
+    from .api import run_zoo_case
+    from .zoo import entry_name
+    return run_zoo_case(load_case_module(path).case(), entry_name(path))
 
 
 def _mutants(args) -> int:
@@ -441,16 +493,17 @@ def _mutants(args) -> int:
     results = {}
     if args.world_size is not None:
         check_world_size(args.world_size)
-    for path in args.cases:
-        module = load_case_module(path)
-        case = module.case(args.world_size) if args.world_size else module.case()
-        check_case(case, path, "case()")
-        name = case.name or os.path.splitext(os.path.basename(path))[0]
-        try:
-            with progress_bar(console, enabled=not to_stdout) as progress:
-                results[name] = mutation_test(case, args.world_size, args.operator or None, progress)
-        except InputError as exc:
-            raise UsageError(f"{path}: {exc}") from None
+    with _executor(args, default="local"):  # mutants are whole proofs: a pool pays even on 2 cores (bench/README.md)
+        for path in args.cases:
+            module = load_case_module(path)
+            case = module.case(args.world_size) if args.world_size else module.case()
+            check_case(case, path, "case()")
+            name = case.name or os.path.splitext(os.path.basename(path))[0]
+            try:
+                with progress_bar(console, enabled=not to_stdout) as progress:
+                    results[name] = mutation_test(case, args.world_size, args.operator or None, progress)
+            except InputError as exc:
+                raise UsageError(f"{path}: {exc}") from None
     if not to_stdout:
         render_mutants(results, console)
     _emit_json(args.json, mutants_json(results))

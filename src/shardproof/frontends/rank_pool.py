@@ -1,27 +1,21 @@
-"""Ranks captured in parallel worker processes (issue 16): each rank's trace is independent
-(its own fake process group, its own program), so ``workers`` processes trace them at
-once and send the graphs back; the result is the serial capture's, rank by rank.
-
-The workers are forked (``concurrent.futures.ProcessPoolExecutor`` over the ``fork``
-context): a case's programs are closures over the user's objects, which a spawned process
-could not receive; where fork is not available, and with one worker, ranks are captured in
-this process. A rank's capture error is reported as in a serial capture, with the user's
-line (found in the worker, where the traceback is)."""
+"""Ranks captured in parallel (issue 16): each rank's trace is independent (its own fake
+process group, its own program), so the executor (:mod:`shardproof.engine.executor`:
+this process, a pool of forked processes, or Ray) traces them at once and sends the
+graphs back; the result is the serial capture's, rank by rank. A rank's capture error is
+reported as in a serial capture, with the user's line (found in the worker, where the
+traceback is)."""
 from __future__ import annotations
 
-import multiprocessing
-import os
 import traceback
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable
 
+from ..engine import executor as ex
 from .user_frame import user_location
 
-_TASK: list = []  # the function the forked workers run (set before the fork)
 CAPTURE_WORKERS = 1
-"""Processes the ranks are captured on when the caller does not say (``workers=None``);
-0: min(ranks, CPUs). One by default: on this project's 2-core machine the forked workers
-do not pay (bench/README.md)."""
+"""Processes the ranks are captured on when neither the caller nor the run's executor
+(:func:`~shardproof.engine.executor.active`) says; 0: one per CPU. One by default: on this
+project's 2-core machine the forked workers do not pay (bench/README.md)."""
 
 
 class RankCaptureError(Exception):
@@ -30,50 +24,39 @@ class RankCaptureError(Exception):
 
 def default_workers(world: int) -> int:
     """min(ranks, CPUs this process may use)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(world, cpus))
+    return max(1, min(world, ex.cpus()))
 
 
-def _run(rank: int):
-    import torch
-    torch.set_num_threads(1)
-    from .torch_capture import CaptureError
-    try:
-        return "ok", _TASK[0](rank)
-    except CaptureError as exc:
-        return "capture", str(exc) + user_location(exc)
-    except Exception as exc:  # noqa: BLE001  (re-raised in the parent with the worker's traceback)
-        return "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-8)}"
+class _Guarded:
+    """`capture(rank)` as a value: ("ok", result), or the failure as text (a worker's
+    exception may not travel back; its traceback, with the user's line, is here)."""
+
+    def __init__(self, capture: Callable[[int], Any]):
+        self.capture = capture
+
+    def __call__(self, rank: int):
+        import torch
+        torch.set_num_threads(1)
+        from .torch_capture import CaptureError
+        try:
+            return "ok", self.capture(rank)
+        except CaptureError as exc:
+            return "capture", str(exc) + user_location(exc)
+        except Exception as exc:  # noqa: BLE001  (re-raised in the parent with the worker's traceback)
+            return "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-8)}"
 
 
 def map_ranks(capture: Callable[[int], Any], world: int, workers: int | None = None,
-              progress: Callable[[int], None] | None = None) -> list:
-    """``[capture(rank) for rank in range(world)]``, on `workers` forked processes (default
-    :func:`default_workers`); `progress(rank)` before each rank is submitted."""
-    workers = default_workers(world) if workers is None else max(1, workers)
-    if workers == 1 or world == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        out = []
-        for rank in range(world):
-            if progress:
-                progress(rank)
-            out.append(capture(rank))
-        return out
+              progress: Callable[[int], None] | None = None, executor: ex.Executor | None = None) -> list:
+    """``[capture(rank) for rank in range(world)]`` on `executor` (default: a local pool
+    of `workers` forked processes, None: :func:`default_workers`); `progress(rank)` before
+    each rank is submitted."""
+    if executor is None:
+        executor = ex.LocalExecutor(default_workers(world) if workers is None else max(1, workers))
+    if executor.kind != "ray" and (executor.workers == 1 or world == 1):  # in this process: errors as raised
+        return executor.map(capture, range(world), "capture", [f"rank {r}" for r in range(world)], progress)
     from .torch_capture import CaptureError
-    _TASK[:] = [capture]
-    try:
-        with ProcessPoolExecutor(max_workers=min(workers, world),
-                                 mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = []
-            for rank in range(world):
-                if progress:
-                    progress(rank)
-                futures.append(pool.submit(_run, rank))
-            results = [f.result() for f in futures]
-    finally:
-        _TASK.clear()
+    results = executor.map(_Guarded(capture), range(world), "capture", [f"rank {r}" for r in range(world)], progress)
     for status, payload in results:
         if status == "capture":
             raise CaptureError(payload)
@@ -83,9 +66,14 @@ def map_ranks(capture: Callable[[int], Any], world: int, workers: int | None = N
 
 
 def capture_ranks(capture_rank: Callable[[int], tuple], world: int, workers: int | None = None,
-                  progress: Callable[[int], None] | None = None) -> tuple[list, list]:
+                  progress: Callable[[int], None] | None = None,
+                  executor: ex.Executor | None = None) -> tuple[list, list]:
     """(graphs, input values) of every rank, `capture_rank(rank)` giving each pair, on
-    `workers` processes (None: :data:`CAPTURE_WORKERS`; 0: :func:`default_workers`)."""
-    workers = CAPTURE_WORKERS if workers is None else workers
-    results = map_ranks(capture_rank, world, workers or None, progress)
+    `executor`, else on `workers` local processes (None: the run's executor, else
+    :data:`CAPTURE_WORKERS`; 0: :func:`default_workers`)."""
+    if executor is None and workers is None:
+        executor = ex.active()
+    if executor is None:
+        workers = CAPTURE_WORKERS if workers is None else workers
+    results = map_ranks(capture_rank, world, workers or None, progress, executor)
     return [g for g, _ in results], [v for _, v in results]

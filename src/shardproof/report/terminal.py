@@ -28,6 +28,16 @@ def verdict_line(report: Report) -> Text:
     return text
 
 
+def stages_line(timings: dict) -> Text:
+    """Seconds per stage, the executor, and each worker's share of the units."""
+    stages = " · ".join(f"{name} {s:.2f} s" for name, s in timings["stages"].items())
+    workers: dict[str, list] = {}
+    for u in timings["units"]:
+        workers.setdefault(u["worker"], []).append(u["seconds"])
+    shares = ", ".join(f"{w} {sum(s):.2f} s ({len(s)} unit{'s' if len(s) != 1 else ''})" for w, s in workers.items())
+    return Text(f"stages: {stages}  [{timings['executor']}" + (f"; {shares}" if shares else "") + "]", style="dim")
+
+
 def _outputs(report: Report) -> Table:
     table = Table(title="outputs", title_justify="left", show_edge=False)
     table.add_column("output")
@@ -109,6 +119,9 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
     """Print the report; the input relations when `verbose` or when not verified."""
     console = console or Console()
     console.print(verdict_line(report))
+    timings = report.stats.get("timings")
+    if timings and (verbose or timings["executor"] != "serial"):  # where the units of work ran, when asked or parallel
+        console.print(stages_line(timings))
     if report.reason:
         console.print(Text(report.reason, style="yellow"))
     if report.confirmation is not None:
