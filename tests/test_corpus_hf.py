@@ -189,7 +189,7 @@ def _single_step(arch):
     case = corpus.make_case(arch, 2, "eager", "train")
     params = dict(case.single.named_parameters())
     loss = case.train.loss(case.single(case.inputs["input_ids"], case.inputs["attention_mask"]), case.inputs)
-    return loss, dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
+    return loss.detach(), dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
 
 
 def _gloo_steps(arch, bug=False):
