@@ -191,6 +191,12 @@ class Normalizer:
             expanded = self.layer_norm(t) if op == "layer_norm" else self.batch_norm(t)
             if expanded is not None:
                 return expanded
+        if op == "batch_norm_stats" and len(attrs) == 2 and _is_number(attrs[0]) and attrs[1] in (0, 1):
+            full = self.terms.shape(kids[0])  # the saved mean (0) or inverse standard deviation (1), [C]
+            if len(full) >= 2 and shape == (full[1],):
+                dims = (0,) + tuple(range(2, len(full)))
+                stats = self.statistics(kids[0], dims, attrs[0])
+                return self.reshaped(stats[0] if attrs[1] == 0 else stats[2], _kept_shape(full, dims), shape)
         return self._opaque(t)
 
     # ---------------------------------------------------------------- size-1 reshapes
@@ -255,8 +261,8 @@ class Normalizer:
         k = len(a[1])
         return self.normalized(x, tuple(range(len(full) - k, len(full))), a[4], w, b)
 
-    def normalized(self, x: int, dims: tuple, eps, w: Optional[int], b: Optional[int]) -> Poly:
-        """``(x - mean)·rsqrt(var + eps)·w + b``, the statistics over `dims` (the biased variance)."""
+    def statistics(self, x: int, dims: tuple, eps) -> tuple[Poly, Poly, Poly]:
+        """(mean, x - mean, rsqrt(var + eps)) over `dims` (kept, size 1; the biased variance)."""
         full = self.terms.shape(x)
         n = 1
         for d in dims:
@@ -267,7 +273,12 @@ class Normalizer:
         var = self.add(self.reduce_sum(self.mul(centered, centered), full, dims), coefs=(Fraction(1, n),))
         kept = _kept_shape(full, dims)
         root = self.atom(("sqrt", self.key(self.add(var, self.const(eps)))), kept)
-        y = self.mul(centered, self.inv(root, kept))
+        return mean, centered, self.inv(root, kept)
+
+    def normalized(self, x: int, dims: tuple, eps, w: Optional[int], b: Optional[int]) -> Poly:
+        """``(x - mean)·rsqrt(var + eps)·w + b``, the statistics over `dims` (the biased variance)."""
+        _, centered, inv_std = self.statistics(x, dims, eps)
+        y = self.mul(centered, inv_std)
         if w is not None:
             y = self.mul(y, self.form(w))
         if b is not None:

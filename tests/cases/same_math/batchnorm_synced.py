@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from shardproof import Case
 
-N, C, H, W, EPS = 4, 3, 2, 2, 1e-5
+N, C, H, W, EPS = 8, 3, 2, 2, 1e-5
 
 
 def single(x, weight, bias):
@@ -49,3 +49,57 @@ def case(world_size: int = 2, bug: bool = False, wrong: str = "local") -> Case:
     return Case(single=single, distributed=lambda rank, world: distributed(rank, world, bug, wrong), inputs=inputs,
                 dist_inputs=shard, world_size=world_size, name="same_math_batchnorm" + (f"_bug_{wrong}" if bug else ""),
                 expect={"out": "Shard(0)"})
+
+
+# ---------------------------------------------------------------- a training step (data parallel)
+
+class BatchNorm(torch.nn.Module):
+    """The single-device model: F.batch_norm over the whole batch; loss Σ out·t for a fixed t
+    (Σ out² would not tell the statistics apart: a normalized output's second moment is fixed)."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.weight = torch.nn.Parameter(torch.randn(C, generator=g))
+        self.bias = torch.nn.Parameter(torch.randn(C, generator=g))
+
+    def forward(self, x):
+        return single(x, self.weight, self.bias)["out"]
+
+
+class SyncedBatchNorm(BatchNorm):
+    """One rank's model: the synced batch norm by hand on its batch shard; its step all-reduces
+    the loss and the parameters' gradients (data parallel)."""
+
+    def __init__(self, rank, world, source: BatchNorm, bug=False, wrong="local"):
+        super().__init__()
+        self.load_state_dict(source.state_dict())
+        self.program = distributed(rank, world, bug, wrong)
+
+    def forward(self, x):
+        return self.program(x, self.weight, self.bias)["out"]
+
+    def train_step(self, inputs, state, train):
+        params = dict(self.named_parameters())
+        loss = train.loss(self(inputs["x"]), inputs)
+        grads = torch.autograd.grad(loss, list(params.values()))
+        for g in grads:
+            dist.all_reduce(g)
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        return {"loss": total, "grads": dict(zip(params, grads))}
+
+
+def against_target(out, inputs):
+    return (out * inputs["t"]).sum()
+
+
+def train_case(world_size: int = 2, bug: bool = False, wrong: str = "local") -> Case:
+    from shardproof import Train
+    model = BatchNorm()
+    g = torch.Generator().manual_seed(0)
+    data = {"x": torch.randn(N, C, H, W, generator=g), "t": torch.randn(N, C, H, W, generator=g)}
+    return Case(single=model, distributed=lambda rank, world: SyncedBatchNorm(rank, world, model, bug, wrong),
+                inputs=data, dist_inputs=lambda rank, world, inputs: {k: v.chunk(world, 0)[rank] for k, v in inputs.items()},
+                world_size=world_size, train=Train(loss=against_target),
+                name="same_math_batchnorm_train" + (f"_bug_{wrong}" if bug else ""))
