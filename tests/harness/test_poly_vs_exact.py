@@ -353,6 +353,10 @@ def test_batch_norm_expansion_holds_torch_values():
             w: torch.randn(3, generator=g, dtype=torch.float64), bias: torch.randn(3, generator=g, dtype=torch.float64)}
     want = F.batch_norm(vals[x], None, None, vals[w], vals[bias], training=True, eps=float(eps))
     assert torch.allclose(float_value(norm, vals, norm.form(bn)), want, atol=1e-10)
+    _, mean, inv_std = torch.ops.aten._native_batch_norm_legit(vals[x], vals[w], vals[bias], True, 0.1, float(eps))
+    for i, saved in enumerate((mean, inv_std)):  # the saved statistics its backward reads
+        stat = terms.make("batch_norm_stats", (eps, i), (x,), (3,))
+        assert torch.allclose(float_value(norm, vals, norm.form(stat)), saved, atol=1e-10), i
     for divisor, same in ((16, True), (15, False)):
         assert same_polynomial(terms, _synced_batch_norm(terms, x, w, bias, eps, divisor), bn) is same, divisor
 
