@@ -1,7 +1,8 @@
-"""The Hugging Face corpus (examples/huggingface/corpus.py): six transformers architectures under
+"""The Hugging Face corpus (examples/huggingface/corpus.py): eight transformers architectures under
 their own tp_plan. In `make test`: each architecture's forward (eager, TP 2) verified and its
 injected plan bug a violation at its node (kind, op, hint, source line), plus one representative
-of TP 4 with sdpa and of the training step; the rest of the matrix (TP 2 and 4, eager and sdpa,
+of TP 4 with sdpa and of the training step (Phi-3's fused projections, Qwen3's q/k-norm gradient
+hook and its dropped all-reduce included); the rest of the matrix (TP 2 and 4, eager and sdpa,
 forward and training step, the bugs at TP 4 and under sdpa) under `make test-all` (sweep). The
 labels (correct agrees with the single device on a real gloo group, the bug does not) are
 checked by running them (slow)."""
@@ -30,6 +31,8 @@ FOUND = {"llama": ("reduced-twice", "_c10d_functional.all_reduce"),
          "mistral": ("reduced-twice", "_c10d_functional.all_reduce"),
          "gemma2": ("partial-sum-never-reduced", "aten.pow"),
          "phi3": ("wrong-shard-offset", "aten.mul"),
+         "qwen3": ("replicated-counted-per-rank", "aten.add"),
+         "gemma3": ("partial-sum-never-reduced", "aten.pow"),
          "gpt_neox": ("reduced-twice", "_c10d_functional.all_reduce")}
 
 
@@ -45,12 +48,12 @@ def _verified(arch, world=2, attn="eager", mode="fw"):
     return report
 
 
-def _located(arch, world=2, attn="eager"):
-    case = corpus.make_case(arch, world, attn, bug=True)
+def _located(arch, world=2, attn="eager", mode="fw", found=None):
+    case = corpus.make_case(arch, world, attn, mode, bug=True)
     report = api.verify_case(case)
     assert report.status == "violation", (arch, report.status, report.reason)
     f = report.findings[0]
-    assert (f.kind, f.op) == FOUND[arch], (arch, f.kind, f.op, f.source)
+    assert (f.kind, f.op) == (found or FOUND[arch]), (arch, f.kind, f.op, f.source)
     check_hint(f, case.meta)  # the hint names the fault, the source line is the bug's
     return f
 
@@ -65,15 +68,32 @@ def test_injected_bug_is_located(arch):
     _located(arch)
 
 
-@pytest.mark.slow
-@pytest.mark.sweep
-def test_phi3_training_step_is_a_precise_unknown():
-    """Not yet proved: Phi-3's gradients through its fused projections under colwise_gather_output /
-    rowwise_split_input stop at a view (a numeric test shows no difference)."""
-    report = api.verify_case(corpus.make_case("phi3", 2, "eager", "train"))
-    assert report.status == "unknown", report.status
-    assert "relations stop at node view" in report.reason and "op aten.view" in report.reason, report.reason
-    assert "shows no difference" in report.reason, report.reason
+def test_phi3_training_step_verifies():
+    """Phi-3's gradients through its fused projections (colwise_gather_output / rowwise_split_input):
+    each rank's block of the gathered gate_up gradient is a selection of the single device's
+    concatenated gradient (the backward of chunk), not the gate or up half alone."""
+    report = _verified("phi3", 2, "eager", "train")
+    held = {o.name: o.holds for o in report.outputs}
+    assert held["grad:model.model.layers.0.mlp.gate_up_proj.weight"] == "Shard(0)", held
+    assert held["grad:model.model.layers.0.mlp.down_proj.weight"] == "Shard(1)", held
+
+
+QK_NORM = list(corpus.GRAD_BUGS)  # q/k-norms "replicated_with_grad_allreduce": a post-accumulate-grad hook
+GRAD_FOUND = ("missing-gradient-reduction", "aten.view")
+
+
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=() if a == "qwen3" else (pytest.mark.slow, pytest.mark.sweep))
+                                  for a in QK_NORM])
+def test_qk_norm_training_step(arch):
+    """The step as transformers' Trainer takes it (loss.backward(), then .grad): the q/k-norms'
+    gradient all-reduce, a hook autograd runs on accumulating the gradient, is captured, so the
+    step verifies; dropping it (the norms "replicate") is a missing gradient reduction at the
+    norm's weight."""
+    report = _verified(arch, 2, "eager", "train")
+    held = {o.name: o.holds for o in report.outputs}
+    assert held["grad:model.model.layers.0.self_attn.q_norm.weight"] == "Replicate()", held
+    f = _located(arch, 2, "eager", "train", GRAD_FOUND)
+    assert f.actual.startswith('Partial("sum")'), f.actual
 
 
 def test_tp4_sdpa_representative():
@@ -87,7 +107,7 @@ def test_training_step_representative():
     assert held["grad:model.model.layers.0.mlp.up_proj.weight"] == "Shard(0)", held
 
 
-NO_TRAIN = {a for a, mode in corpus.UNPROVED if mode == "train"}  # pinned: test_phi3_training_step_is_a_precise_unknown
+NO_TRAIN = {a for a, mode in corpus.UNPROVED if mode == "train"}
 NO_SDPA = {("gemma2", "sdpa")}  # transformers refuses sdpa for Gemma 2 (its attention logits are soft-capped)
 
 
@@ -126,9 +146,9 @@ def test_forward_labels_on_gloo(world, attn):
         assert (worst > 1e-1) if config["bug"] else (worst < 1e-3), (config, worst)  # float32 logits of ~20
 
 
-def _train_on_rank(arch, attn):
+def _train_on_rank(arch, attn, bug=False):
     def run(rank, world):
-        case = corpus.make_case(arch, world, attn, "train")
+        case = corpus.make_case(arch, world, attn, "train", bug)
         out = case.distributed(rank, world).train_step(dict(case.inputs), {}, case.train)
         whole = {n: (g.full_tensor() if hasattr(g, "full_tensor") else g) for n, g in out["grads"].items()}
         return float(out["loss"]), {n: g.detach().numpy() for n, g in whole.items()}
@@ -141,17 +161,40 @@ def _train_on_rank(arch, attn):
 def test_training_labels_on_gloo(arch):
     """The training step's loss and every gradient on a real gloo group equal the single device's."""
     import numpy as np
-    import torch
-    from gloo import run_fn_on_gloo
-    case = corpus.make_case(arch, 2, "eager", "train")
-    params = dict(case.single.named_parameters())
-    loss = case.train.loss(case.single(case.inputs["input_ids"], case.inputs["attention_mask"]), case.inputs)
-    grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
-    for rank_loss, rank_grads in run_fn_on_gloo(_train_on_rank(arch, "eager"), 2, timeout=300):
+    loss, grads = _single_step(arch)
+    for rank_loss, rank_grads in _gloo_steps(arch):
         assert abs(rank_loss - float(loss)) < 1e-4, (rank_loss, float(loss))
         assert set(rank_grads) == set(grads)
         for n, g in grads.items():
             np.testing.assert_allclose(rank_grads[n], g.numpy(), rtol=1e-4, atol=1e-3, err_msg=n)  # float32 sums
+
+
+@pytest.mark.slow
+@pytest.mark.sweep
+@pytest.mark.parametrize("arch", QK_NORM)
+def test_qk_norm_grad_bug_labels_on_gloo(arch):
+    """Without the hook (the q/k-norms "replicate"), a real gloo group's q/k-norm gradients are
+    not the single device's (each rank's covers its heads only); every other gradient still is."""
+    import numpy as np
+    loss, grads = _single_step(arch)
+    for rank_loss, rank_grads in _gloo_steps(arch, bug=True):
+        assert abs(rank_loss - float(loss)) < 1e-4, (rank_loss, float(loss))
+        for n, g in grads.items():
+            off = float(np.abs(rank_grads[n] - g.numpy()).max())
+            assert (off > 1e-2) if n.endswith(("q_norm.weight", "k_norm.weight")) else (off < 1e-3), (n, off)
+
+
+def _single_step(arch):
+    import torch
+    case = corpus.make_case(arch, 2, "eager", "train")
+    params = dict(case.single.named_parameters())
+    loss = case.train.loss(case.single(case.inputs["input_ids"], case.inputs["attention_mask"]), case.inputs)
+    return loss.detach(), dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
+
+
+def _gloo_steps(arch, bug=False):
+    from gloo import run_fn_on_gloo
+    return run_fn_on_gloo(_train_on_rank(arch, "eager", bug), 2, timeout=300)
 
 
 # ---------------------------------------------------------------- dumps (make corpus)

@@ -1,14 +1,16 @@
-"""The Hugging Face corpus: six transformers architectures from tiny configs, each parallelized
+"""The Hugging Face corpus: eight transformers architectures from tiny configs, each parallelized
 by its own ``tp_plan`` through the public route of the Llama recipe (``hf_llama_tp.py``:
 ``from_pretrained(dir, distributed_config=DistributedConfig(tp_plan="auto", tp_size=world))``),
 forward or a training step, eager or sdpa attention, at TP 2 or 4, correct or with one injected
-plan bug. One parametrized module: ``make_case(arch, world_size, attn, mode, bug)``.
+plan bug. One parametrized module: ``make_case(arch, world_size, attn, mode, bug)``. The rank's
+training step is transformers' own (``loss.backward()``, then ``.grad``: BackwardLogits), so the
+hooks a plan puts on parameters run (Qwen3's and Gemma 3's q/k-norm gradient all-reduce).
 
     ARCH=gemma2 shardproof verify examples/huggingface/corpus.py -n 4
     ARCH=phi3 BUG=1 MODE=train ATTN=sdpa shardproof verify examples/huggingface/corpus.py
 
 Sizes: hidden 64, 8 query heads of 8, 4 KV heads (GQA; GPT-NeoX has no GQA: 8/8), so every head
-count divides TP 4; 2 layers (Gemma 2 and Mistral: a sliding window of 4 over 8 tokens), vocab 128.
+count divides TP 4; 2 layers (Gemma 2 and 3, Mistral: a sliding window of 4 over 8 tokens), vocab 128.
 """
 import os
 import sys
@@ -21,7 +23,7 @@ from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES, Rowwis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_llama_tp import BATCH, SEQ, Logits, checkpoint, tp_model  # noqa: E402
-from hf_llama_tp_train import VOCAB, TrainLogits, next_token_loss  # noqa: E402
+from hf_llama_tp_train import VOCAB, BackwardLogits, next_token_loss  # noqa: E402
 
 from shardproof import Case, Train  # noqa: E402
 from shardproof.frontends.torch_draws import redraw  # noqa: E402
@@ -71,6 +73,14 @@ ARCHS = {
                  "the fused gate_up weight sharded as a plain colwise one: a rank's rows are gate rows only "
                  "(or up rows only), so chunk(2) pairs gate with gate",
                  hint="section/shard of the \\(fused\\) tensor", bug_line="up_states * self.activation_fn(gate)"),
+    "qwen3": Arch("Qwen3Config", _GQA, {"model.layers.*.mlp.down_proj": PARTIAL_ROWWISE},
+                  "down_proj's partial sums never all-reduced (a rowwise style whose output stays Partial)",
+                  hint="adds a term every rank holds whole to a partial sum",
+                  bug_line="hidden_states = residual + hidden_states"),
+    "gemma3": Arch("Gemma3TextConfig", dict(_GQA, head_dim=8, sliding_window=4, query_pre_attn_scalar=8),
+                   {"model.layers.*.self_attn.o_proj": PARTIAL_ROWWISE},
+                   "o_proj's partial sums never all-reduced (a rowwise style whose output stays Partial)",
+                   hint="partial sum that is never all-reduced", bug_line="x.pow(2).mean(-1, keepdim=True)"),
     "gpt_neox": Arch("GPTNeoXConfig", dict(num_key_value_heads=8, use_parallel_residual=True,
                                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                             "partial_rotary_factor": 0.5}),
@@ -80,9 +90,21 @@ ARCHS = {
 }
 
 
+# The training step's own injected bug, for the plans whose backward has a collective of their own
+# to get wrong: Qwen3's and Gemma 3's per-head q/k-norms are "replicated_with_grad_allreduce" (a
+# post-accumulate-grad hook sums the weight's gradient, each rank's covering only its heads);
+# "replicate" keeps the weight whole on every rank without the hook.
+def _no_grad_allreduce(bug_line: str) -> Arch:
+    return Arch("", {}, {f"model.layers.*.self_attn.{n}": "replicate" for n in ("q_norm", "k_norm")},
+                "the q/k-norm weights replicated without their gradient all-reduce: each rank's "
+                "gradient covers only its own heads", hint="still partial sums over the ranks", bug_line=bug_line)
+
+
+GRAD_BUGS = {"qwen3": _no_grad_allreduce("return self.weight * hidden_states.to(input_dtype)"),
+             "gemma3": _no_grad_allreduce("output = output * (1.0 + self.weight.float())")}
+
 # configurations shardproof does not prove yet (the verdict is unknown, with the op named)
-UNPROVED = {("phi3", "train"): "the gradients through the fused projections (colwise_gather_output / "
-                               "rowwise_split_input) stop at an aten.view"}
+UNPROVED: dict = {}
 
 
 def config(arch: str, attn: str):
@@ -105,8 +127,9 @@ def case_name(arch: str, attn: str, mode: str, bug: bool) -> str:
 
 def make_case(arch: str, world_size: int = 2, attn: str = "eager", mode: str = "fw", bug: bool = False) -> Case:
     """One configuration of the corpus (`mode`: "fw" the logits, "train" the loss and every
-    gradient; `bug`: the architecture's injected plan entries, ``ARCHS[arch].bug``)."""
-    spec = ARCHS[arch]
+    gradient; `bug`: the architecture's injected plan entries, ``ARCHS[arch].bug``, in a training
+    step ``GRAD_BUGS[arch].bug`` where it has one)."""
+    spec = GRAD_BUGS.get(arch, ARCHS[arch]) if mode == "train" else ARCHS[arch]
     plan = spec.bug if bug else None
     full = single_model(arch, attn)
     path = checkpoint(full)
@@ -119,7 +142,7 @@ def make_case(arch: str, world_size: int = 2, attn: str = "eager", mode: str = "
     common = dict(single=Logits(full), world_size=world_size, name=case_name(arch, attn, mode, bug), meta=meta,
                   description=f"HF {arch} (tiny, 2 layers) under its own tp_plan, {attn} attention, {mode}")
     if mode == "train":
-        return Case(distributed=lambda rank, world: TrainLogits(tp_model(path, world, attn, plan)),
+        return Case(distributed=lambda rank, world: BackwardLogits(tp_model(path, world, attn, plan)),
                     inputs=dict(inputs, labels=torch.roll(ids, -1, 1)), train=Train(loss=next_token_loss), **common)
     return Case(distributed=lambda rank, world: Logits(tp_model(path, world, attn, plan)), inputs=inputs,
                 expect={"out": "Replicate()"}, **common)

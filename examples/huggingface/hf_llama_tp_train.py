@@ -34,6 +34,21 @@ class TrainLogits(Logits):
         return {"loss": loss, "grads": {n: as_parameter(g, params[n]) for n, g in zip(params, grads)}}
 
 
+class BackwardLogits(Logits):
+    """The training step as transformers' Trainer takes it: ``loss.backward()``, then each
+    parameter's ``.grad`` -- so the hooks a plan puts on parameters run (Qwen3's and Gemma 3's
+    ``replicated_with_grad_allreduce`` q/k-norms all-reduce their gradients in a
+    post-accumulate-grad hook, which ``torch.autograd.grad`` never fires)."""
+
+    def train_step(self, inputs, state, train):
+        params = dict(self.named_parameters())
+        for p in params.values():
+            p.grad = None
+        loss = next_token_loss(self(inputs["input_ids"], inputs["attention_mask"]), inputs)
+        loss.backward()
+        return {"loss": loss.detach(), "grads": {n: as_parameter(p.grad, p) for n, p in params.items()}}
+
+
 def as_parameter(grad, param):
     """The gradient laid out as its parameter (an optimizer step needs it so): DTensor hands
     the vocab-parallel embedding's gradient back replicated (every rank the whole gradient)."""

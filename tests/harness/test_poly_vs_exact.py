@@ -2,7 +2,8 @@
 whenever two terms get one normal form, they evaluate to the same rationals (numpy object
 arrays of ``Fraction``) on random inputs; known identities are found and known
 non-identities (n-1 divisors, a missing cross term, a cancelled division) are not; layer
-norm's expansion holds torch's float64 values."""
+norm's and batch norm's expansions hold torch's float64 values; size-1 reshapes (keepdim,
+``view(1, C, 1, 1)``) keep exact values."""
 from fractions import Fraction
 
 import numpy as np
@@ -106,7 +107,10 @@ def test_one_normal_form_means_equal_exact_values(data):
     b = Builder()
     exprs = [_expr(data.draw, b) for _ in range(6)]
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
-    envs = [_env(rng) for _ in range(3)]
+    _one_form_same_values(b, exprs, [_env(rng) for _ in range(3)])
+
+
+def _one_form_same_values(b: Builder, exprs: list, envs: list) -> None:
     for i, (ti, fi) in enumerate(exprs):
         for tj, fj in exprs[i + 1:]:
             if ti != tj and same_polynomial(b.terms, ti, tj):
@@ -135,6 +139,8 @@ def _template(draw, b: Builder, kind: str, near_miss: bool):
         return b.mul(p, b.add(q, r)), b.add(b.mul(p, q), b.mul(q if near_miss else p, r))
     if kind == "pull_out":
         c = p if near_miss else b.sum(b.mul(p, b.leaf("x")))  # a row constant (or, as a near miss, any p)
+        if b.sum(q) is q:  # q has no row to sum (b.sum leaves it): Σ(c·q) is not c·q then
+            q = b.mul(q, b.leaf("x"))
         return b.sum(b.mul(c, q)), b.mul(c, b.sum(q))
     full = b.mul(p, b.leaf("x"))
     return _variances(b, full, b.shape(full[0])[1] - (1 if near_miss else 0))
@@ -213,6 +219,13 @@ def test_layer_norm_expansion_holds_torch_values():
     g = torch.Generator().manual_seed(1)
     vals = {x: torch.randn(4, 5, generator=g, dtype=torch.float64), w: torch.randn(5, generator=g, dtype=torch.float64),
             bias: torch.randn(5, generator=g, dtype=torch.float64)}
+    want = F.layer_norm(vals[x], (5,), vals[w], vals[bias], float(eps))
+    assert torch.allclose(float_value(norm, vals, form), want, atol=1e-10)
+
+
+def float_value(norm: Normalizer, vals: dict, form) -> torch.Tensor:
+    """A normal form evaluated in float64, its leaves given (term id -> tensor): each atom by
+    its key (a row sum, sqrt, an inverse, an atom viewed in another shape)."""
     keys = {v: k for k, v in norm.atoms.items()}
 
     def atom_value(aid):
@@ -225,7 +238,10 @@ def test_layer_norm_expansion_holds_torch_values():
         if key[0] == "sqrt":
             return torch.sqrt(poly(dict(key[1])))
         if key[0] == "inv":
-            return 1 / (mono(key[1]) if not key[1] or isinstance(key[1][0][0], int) else poly(dict(key[1])))
+            return 1 / (mono(key[1]) if key[1] and isinstance(key[1][0][0], int) else poly(dict(key[1])))
+        if key[0] == "view":  # the viewed atom's (unbroadcast) value in its new shape
+            base = atom_value(key[1])
+            return torch.broadcast_to(base, norm.atom_shape[key[1]]).reshape(key[2])
         raise AssertionError(key)
 
     def mono(m):
@@ -236,6 +252,125 @@ def test_layer_norm_expansion_holds_torch_values():
 
     def poly(p):
         return sum(float(c) * mono(m) for m, c in p.items())
+    return poly(form)
 
-    want = F.layer_norm(vals[x], (5,), vals[w], vals[bias], float(eps))
-    assert torch.allclose(poly(form), want, atol=1e-10)
+
+# ---------------------------------------------------------------- size-1 reshapes, batch norm
+
+def _view(b: Builder, a, shape):
+    ta, fa = a
+    old = b.shape(ta)
+    return (b.terms.make("reshape", (tuple(shape),), (ta,), tuple(shape)),
+            lambda env: np.broadcast_to(fa(env), old).reshape(shape))
+
+
+def _row_sum_squeezed(b: Builder, a):
+    """Σ over dim 1 without keepdim, viewed back as a column (torch's sum(1).view(-1, 1))."""
+    ta, fa = a
+    s = b.shape(ta)
+    if len(s) != 2 or s[1] == 1:
+        return a
+    flat = (b.terms.make("sum", ((1,), False, None), (ta,), (s[0],)),
+            lambda env: np.sum(np.broadcast_to(fa(env), s), axis=1))
+    return _view(b, flat, (s[0], 1))
+
+
+def _viewed_expr(draw, b: Builder, depth=0):
+    """_expr with size-1 reshapes among its ops: sums without keepdim viewed back, a
+    leading 1 added or dropped, a column squeezed and unsqueezed, a column laid as a row."""
+    kind = draw(st.sampled_from(["expr", "squeezed_sum", "lift", "drop", "roundtrip", "row", "mul", "add"]
+                                if depth < 2 else ["expr"]))
+    if kind == "expr":
+        return _expr(draw, b, 2)
+    if kind in ("mul", "add"):
+        a, c = _viewed_expr(draw, b, depth + 1), _viewed_expr(draw, b, depth + 1)
+        try:
+            return b.mul(a, c) if kind == "mul" else b.add(a, c)
+        except ValueError:  # shapes that do not broadcast
+            return a
+    a = _viewed_expr(draw, b, depth + 1)
+    s = b.shape(a[0])
+    if kind == "squeezed_sum":
+        return _row_sum_squeezed(b, a)
+    if kind == "lift":
+        return _view(b, a, (1,) + s)
+    if kind == "drop":
+        return _view(b, a, s[1:]) if len(s) > 1 and s[0] == 1 else a
+    if kind == "roundtrip":
+        return _view(b, _view(b, a, tuple(d for d in s if d != 1) or (1,)), s)
+    return _view(b, a, (1, s[0])) if s == (2, 1) else a  # the column as a row: a different value
+
+
+@SETTINGS
+@given(st.data())
+def test_size_one_reshapes_keep_exact_values(data):
+    """Random expressions with size-1 reshapes (keepdim-less sums viewed back, leading 1s,
+    squeeze/unsqueeze round trips, a column viewed as a row): any two with one normal form
+    evaluate to the same rationals; a row sum without keepdim viewed back is the keepdim sum."""
+    b = Builder()
+    exprs = [_viewed_expr(data.draw, b) for _ in range(6)]
+    _one_form_same_values(b, exprs, [_env(np.random.default_rng(data.draw(st.integers(0, 2 ** 16))))
+                                     for _ in range(2)])
+    x = b.leaf("x")
+    assert same_polynomial(b.terms, _row_sum_squeezed(b, x)[0], b.sum(x)[0])
+
+
+def test_size_one_reshape_identities_and_non_identities():
+    """Moments from keepdim-less sums viewed as columns are the centered variance; a column
+    viewed as a row, or a sum over the other dim, is not."""
+    b = Builder()
+    x, y = b.leaf("x"), b.leaf("y")
+    n = SHAPES["x"][1]
+    m = _scale(b, _row_sum_squeezed(b, x), Fraction(1, n))
+    moments = b.add(_scale(b, _row_sum_squeezed(b, b.mul(x, x)), Fraction(1, n)), b.mul(m, m), -1)
+    centered_var = _variances(b, x, n)[0]
+    assert same_polynomial(b.terms, moments[0], centered_var[0])
+    col = _view(b, _view(b, y, (2,)), (2, 1))
+    assert same_polynomial(b.terms, b.mul(col, x)[0], b.mul(y, x)[0])
+    row = _view(b, y, (1, 2))
+    assert not same_polynomial(b.terms, b.mul(row, row)[0], b.mul(y, y)[0])  # (1, 2) and (2, 1): not one value
+    env = _env(np.random.default_rng(0))
+    assert (_value(moments[1], moments[0], b, env) == _value(centered_var[1], centered_var[0], b, env)).all()
+    other = b.terms.make("sum", ((0,), False, None), (x[0],), (3,))  # over dim 0: a (3,) of column sums
+    assert not same_polynomial(b.terms, _view(b, (other, None), (3, 1))[0], _view(b, (other, None), (1, 3))[0])
+
+
+def test_batch_norm_expansion_holds_torch_values():
+    """Training-mode batch norm (the engine's batch_norm term: weight and bias viewed as
+    [C, 1, 1]) expands to its definition, which evaluates to torch's F.batch_norm; by hand
+    from keepdim-less per-channel sums viewed as [1, C, 1, 1] it has the same normal form,
+    and with the n - 1 divisor it has not."""
+    terms = TermStore()
+    shape = (4, 3, 2, 2)
+    x = terms.make("input", ("x", "f32"), (), shape)
+    w, bias = (terms.make("input", (k, "f32"), (), (3,)) for k in ("w", "b"))
+    eps = Fraction(1e-5)
+    col = [terms.make("reshape", ((3, 1, 1),), (p,), (3, 1, 1)) for p in (w, bias)]
+    bn = terms.make("batch_norm", (eps, (True, True)), (x, *col), shape)
+    norm = Normalizer(terms)
+    g = torch.Generator().manual_seed(1)
+    vals = {x: torch.randn(*shape, generator=g, dtype=torch.float64),
+            w: torch.randn(3, generator=g, dtype=torch.float64), bias: torch.randn(3, generator=g, dtype=torch.float64)}
+    want = F.batch_norm(vals[x], None, None, vals[w], vals[bias], training=True, eps=float(eps))
+    assert torch.allclose(float_value(norm, vals, norm.form(bn)), want, atol=1e-10)
+    _, mean, inv_std = torch.ops.aten._native_batch_norm_legit(vals[x], vals[w], vals[bias], True, 0.1, float(eps))
+    for i, saved in enumerate((mean, inv_std)):  # the saved statistics its backward reads
+        stat = terms.make("batch_norm_stats", (eps, i), (x,), (3,))
+        assert torch.allclose(float_value(norm, vals, norm.form(stat)), saved, atol=1e-10), i
+    for divisor, same in ((16, True), (15, False)):
+        assert same_polynomial(terms, _synced_batch_norm(terms, x, w, bias, eps, divisor), bn) is same, divisor
+
+
+def _synced_batch_norm(terms: TermStore, x, w, bias, eps, divisor):
+    """(x - mean)·rsqrt(var + eps)·w + b from per-channel sums without keepdim, var = (Σx² - Σx·mean)/divisor."""
+    shape, c4 = terms.shape(x), (1, 3, 1, 1)
+    mk = terms.make
+    s1 = mk("sum", ((0, 2, 3), False, None), (x,), (3,))
+    s2 = mk("sum", ((0, 2, 3), False, None), (mk("mul", (), (x, x), shape),), (3,))
+    mean = mk("scale", (Fraction(1, 16),), (s1,), (3,))
+    var = mk("scale", (Fraction(1, divisor),), (mk("lin", (1, -1), (s2, mk("mul", (), (s1, mean), (3,))), (3,)),), (3,))
+    view = lambda t: mk("reshape", (c4,), (t,), c4)  # noqa: E731
+    centered = mk("lin", (1, -1), (x, view(mean)), shape)
+    root = mk("rsqrt", ("$", ()), (mk("add_const", (eps,), (view(var),), c4),), c4)
+    y = mk("mul", (), (mk("mul", (), (centered, root), shape), view(w)), shape)
+    return mk("add", (), tuple(sorted((y, view(bias)))), shape)

@@ -156,7 +156,7 @@ def slice_(terms: TermStore, val: Val, dim: int, start, stop, step: int = 1) -> 
     new = v[slice(start, stop, step)]
     vecs = list(val.vecs)
     vecs[dim] = canon_vec(new, ts[dim])
-    return _settled(terms, _within_viewed_cat(terms, within_piece(terms, Val(val.t, tuple(vecs)), dim)))
+    return _selection(terms, Val(val.t, tuple(vecs)), dim)
 
 
 def take(terms: TermStore, val: Val, dim: int, index: np.ndarray) -> Val:
@@ -165,7 +165,20 @@ def take(terms: TermStore, val: Val, dim: int, index: np.ndarray) -> Val:
     v = vec_array(val.vecs[dim], ts[dim])
     vecs = list(val.vecs)
     vecs[dim] = canon_vec(v[np.asarray(index, dtype=np.int64)], ts[dim])
-    return _settled(terms, _within_viewed_cat(terms, within_piece(terms, Val(val.t, tuple(vecs)), dim)))
+    return _selection(terms, Val(val.t, tuple(vecs)), dim)
+
+
+def _selection(terms: TermStore, val: Val, dim: int) -> Val:
+    """A selection along `dim`, as the piece of a ``cat`` it falls in (gathering and then
+    splitting returns what was gathered) -- unless the single-device program computes the
+    (viewed) cat itself as a tensor: then the selection of it is already related (a rank's
+    block of a gradient that the single device concatenates from its pieces, as the
+    backward of a chunk), where the piece alone would be a whole different tensor."""
+    inner = terms[val.t]
+    if val.t in terms.reference and (inner.op == "cat" or inner.op == "reshape"
+                                     and terms[inner.children[0]].op == "cat"):
+        return val
+    return _settled(terms, _within_viewed_cat(terms, within_piece(terms, val, dim)))
 
 
 def unmaterialize(terms: TermStore, val: Val) -> Val:

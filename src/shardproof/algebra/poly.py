@@ -51,6 +51,7 @@ class Normalizer:
         self.terms = terms
         self.atoms: dict[tuple, int] = {}
         self.atom_shape: list[tuple] = []
+        self._key_of: list[tuple] = []
         self.memo: dict[int, Poly] = {}
         self.visits = 0
         self.work = 0
@@ -61,6 +62,7 @@ class Normalizer:
         if aid is None:
             aid = self.atoms[key] = len(self.atom_shape)
             self.atom_shape.append(tuple(shape))
+            self._key_of.append(key)
         return {((aid, 1),): Fraction(1)}
 
     @staticmethod
@@ -179,13 +181,69 @@ class Normalizer:
         if op in ("sqrt", "rsqrt") and attrs == NO_ATTRS:
             root = self.atom(("sqrt", self.key(self.form(kids[0]))), shape)
             return root if op == "sqrt" else self.inv(root, shape)
-        if op == "sum" and len(attrs) == 3 and attrs[1] is True and attrs[2] is None:
-            return self.reduce_sum(self.form(kids[0]), self.terms.shape(kids[0]), attrs[0])
-        if op == "layer_norm":
-            expanded = self.layer_norm(t)
+        if op == "sum" and len(attrs) == 3 and isinstance(attrs[1], bool) and attrs[2] is None:
+            full = self.terms.shape(kids[0])
+            kept = self.reduce_sum(self.form(kids[0]), full, attrs[0])
+            return kept if attrs[1] else self.reshaped(kept, _kept_shape(full, attrs[0]), shape)
+        if op == "reshape" and unit_reshape(self.terms.shape(kids[0]), shape) is not None:
+            return self.reshaped(self.form(kids[0]), self.terms.shape(kids[0]), shape)
+        if op in ("layer_norm", "batch_norm"):
+            expanded = self.layer_norm(t) if op == "layer_norm" else self.batch_norm(t)
             if expanded is not None:
                 return expanded
+        if op == "batch_norm_stats" and len(attrs) == 2 and _is_number(attrs[0]) and attrs[1] in (0, 1):
+            full = self.terms.shape(kids[0])  # the saved mean (0) or inverse standard deviation (1), [C]
+            if len(full) >= 2 and shape == (full[1],):
+                dims = (0,) + tuple(range(2, len(full)))
+                stats = self.statistics(kids[0], dims, attrs[0])
+                return self.reshaped(stats[0] if attrs[1] == 0 else stats[2], _kept_shape(full, dims), shape)
         return self._opaque(t)
+
+    # ---------------------------------------------------------------- size-1 reshapes
+    def reshaped(self, p: Poly, old: tuple, new: tuple) -> Poly:
+        """The form `p` of shape `old` viewed as `new`, a reshape that only inserts or
+        removes size-1 dims (keepdim, ``view(1, C, 1, 1)``): each atom is placed in the new
+        dims (an element's value does not change, only its index); the view of an atom
+        that is a function of a form (sqrt, inv) is that function of the viewed form, so a
+        statistic viewed away and back is the statistic again."""
+        dims = unit_reshape(old, new)
+        if dims is None:
+            raise TooBig  # not a size-1 reshape (callers check): no normal form this way
+        out: Poly = {}
+        for m, c in p.items():
+            mono = self.const(c)
+            for aid, k in m:
+                mono = self.mul(mono, self._power(self.atom_viewed(aid, old, new, dims), k))
+            out = self.add(out, mono)
+        return out
+
+    def _power(self, p: Poly, k: int) -> Poly:
+        out = self.const(1)
+        for _ in range(k):
+            out = self.mul(out, p)
+        return out
+
+    def atom_viewed(self, aid: int, old: tuple, new: tuple, dims) -> Poly:
+        shape = self.atom_shape[aid]
+        padded = (1,) * (len(old) - len(shape)) + shape
+        placed = [1] * len(new)
+        for d, e in dims:
+            placed[e] = padded[d]
+        placed = tuple(placed)
+        if _strip(placed) == _strip(shape):
+            return {((aid, 1),): Fraction(1)}
+        key = self._key_of[aid]
+        if key[0] == "sqrt":
+            return self.atom(("sqrt", self.key(self.reshaped(dict(key[1]), shape, placed))), placed)
+        if key[0] == "inv":
+            inner = {key[1]: Fraction(1)} if _is_monomial(key[1]) else dict(key[1])
+            return self.inv(self.reshaped(inner, shape, placed), placed)
+        if key[0] == "view":  # a view of a view: one view of the first atom
+            aid = key[1]
+            back = unit_reshape(self.atom_shape[aid], placed)
+            if back is not None:
+                return self.atom_viewed(aid, self.atom_shape[aid], placed, back)
+        return self.atom(("view", aid, _strip(placed)), _strip(placed))  # leading 1s do not matter
 
     def layer_norm(self, t: int) -> Optional[Poly]:
         """Output 0 of layer_norm(x, normalized_shape, w, b, eps) by its definition."""
@@ -201,7 +259,11 @@ class Normalizer:
             return None
         full = self.terms.shape(x)
         k = len(a[1])
-        dims = tuple(range(len(full) - k, len(full)))
+        return self.normalized(x, tuple(range(len(full) - k, len(full))), a[4], w, b)
+
+    def statistics(self, x: int, dims: tuple, eps) -> tuple[Poly, Poly, Poly]:
+        """(mean, x - mean, rsqrt(var + eps)) over `dims` (kept, size 1; the biased variance)."""
+        full = self.terms.shape(x)
         n = 1
         for d in dims:
             n *= full[d]
@@ -209,14 +271,62 @@ class Normalizer:
         mean = self.add(self.reduce_sum(h, full, dims), coefs=(Fraction(1, n),))
         centered = self.add(h, mean, coefs=(1, -1))
         var = self.add(self.reduce_sum(self.mul(centered, centered), full, dims), coefs=(Fraction(1, n),))
-        kept = tuple(1 if d in dims else s for d, s in enumerate(full))
-        root = self.atom(("sqrt", self.key(self.add(var, self.const(a[4])))), kept)
-        y = self.mul(centered, self.inv(root, kept))
+        kept = _kept_shape(full, dims)
+        root = self.atom(("sqrt", self.key(self.add(var, self.const(eps)))), kept)
+        return mean, centered, self.inv(root, kept)
+
+    def normalized(self, x: int, dims: tuple, eps, w: Optional[int], b: Optional[int]) -> Poly:
+        """``(x - mean)·rsqrt(var + eps)·w + b``, the statistics over `dims` (the biased variance)."""
+        _, centered, inv_std = self.statistics(x, dims, eps)
+        y = self.mul(centered, inv_std)
         if w is not None:
             y = self.mul(y, self.form(w))
         if b is not None:
             y = self.add(y, self.form(b))
         return y
+
+    def batch_norm(self, t: int) -> Optional[Poly]:
+        """Training-mode batch norm (the engine's ``batch_norm`` term: x over the whole batch,
+        per-channel weight and bias viewed as ``[C, 1, ...]``) by its definition: the
+        statistics over every dim but the channel dim 1, the biased variance."""
+        term = self.terms[t]
+        a = term.attrs
+        if len(a) != 2 or not _is_number(a[0]) or len(a[1]) != 2 or len(term.children) != 1 + sum(a[1]):
+            return None
+        x, *params = term.children
+        w = params.pop(0) if a[1][0] else None
+        b = params.pop(0) if a[1][1] else None
+        full = self.terms.shape(x)
+        if len(full) < 2 or tuple(full) != tuple(term.shape):
+            return None
+        return self.normalized(x, (0,) + tuple(range(2, len(full))), a[0], w, b)
+
+
+def _strip(shape: tuple) -> tuple:
+    """A shape without its leading 1s (forms broadcast right-aligned: those do not matter)."""
+    k = 0
+    while k < len(shape) and shape[k] == 1:
+        k += 1
+    return tuple(shape[k:])
+
+
+def _kept_shape(full: tuple, dims) -> tuple:
+    return tuple(1 if d in dims else s for d, s in enumerate(full))
+
+
+def _is_monomial(key) -> bool:
+    """An ``inv`` atom's key holds a monomial ((atom, power), ...) or a form's key ((monomial, coef), ...)."""
+    return bool(key) and all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], int) for x in key)
+
+
+def unit_reshape(old: tuple, new: tuple):
+    """For a reshape that only inserts or removes size-1 dims: the pairs (old dim, new dim)
+    of the dims of size > 1, in order; None for any other reshape."""
+    o = [d for d, s in enumerate(old) if s != 1]
+    n = [e for e, s in enumerate(new) if s != 1]
+    if [old[d] for d in o] != [new[e] for e in n]:
+        return None
+    return tuple(zip(o, n))
 
 
 def same_polynomial(terms: TermStore, a: int, b: int) -> bool:

@@ -55,6 +55,9 @@ class TermStore:
         # store, so one verification never reads what another built
         self.elementwise_ops: set[str] = set()
         self.reduction_ops: set[str] = set()
+        # the terms the single-device program computes as a whole tensor (set by the engine
+        # once it has interpreted that program): a selection of one is related as it stands
+        self.reference: frozenset[int] = frozenset()
 
     def make(self, op: str, attrs: tuple, children: tuple[int, ...], shape) -> int:
         if op in COMMUTATIVE:

@@ -104,11 +104,20 @@ def interpret(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, Val],
     # the single-device program may carry collectives over groups of one (TP=1 dumps)
     tables = Tables(terms)  # input-independent tensors, related by value
     seq_run = run_lockstep([seq], _evaluator(terms, seq_inputs, unsupported, 1, "seq", tables), eval_collective)
+    terms.reference = frozenset(v.t for v in _vals(seq_run.envs[0].values()))
     world = dist.world_size
 
     evals = [_evaluator(terms, dist_inputs[r], unsupported, world, "dist", tables) for r in range(world)]
     dist_run = run_lockstep(dist.graphs, lambda r, n, env: evals[r](r, n, env), eval_collective)
     return SymbolicRun(terms, seq_run.envs[0], dist_run.envs, unsupported, dist_run.mismatch)
+
+
+def _vals(values):
+    for v in values:
+        if isinstance(v, Val):
+            yield v
+        elif isinstance(v, (tuple, list)):
+            yield from _vals(v)
 
 
 def derive(terms: TermStore, program: Graph, inputs: dict[str, Val]) -> Val:

@@ -216,8 +216,10 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
         with torch.enable_grad():
             for n, fsdp_param in fsdp.items():
                 load_shard(fsdp_param, values[n])
-            swapped = {n: as_program_sees(values[n].requires_grad_(True) if n in params else values[n], n)
-                       for n in params + buffers if n not in fsdp}
+            # parameters are leaves (a DTensor one too: made from its shard, then requiring grad), so
+            # loss.backward() accumulates their .grad and runs their post-accumulate-grad hooks
+            swapped = {n: as_program_sees(values[n], n).requires_grad_(True) if n in params
+                       else as_program_sees(values[n], n) for n in params + buffers if n not in fsdp}
             state = {p: {s: as_program_sees(values[f"{s}{STATE_SEP}{p}"], p)
                          for s in (train.optimizer.state_names if train.optimizer else ())} for p in params}
             batch = {n: values[n] for n in data}
