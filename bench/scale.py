@@ -49,9 +49,10 @@ def one(n_layers, dp, tp, microbatches, workers=None) -> dict:
     report = verify_prepared(p, confirm_draws=NO_CONFIRM, fixes=False)
     prove_s = time.perf_counter() - t1
     nodes = len(p.seq.nodes) + sum(len(g.nodes) for g in p.dist.graphs)
+    traced = len(p.rank_classes) if p.rank_classes else dp * tp  # ranks traced (one per class with symmetry)
     proved = report.status == "unknown" and (report.reason or "").startswith("proved, but not confirmed")
     engine = "proved" if proved else report.status  # confirmation by execution is not run here
-    return {"N": n_layers, "dp": dp, "tp": tp, "M": microbatches, "ranks": dp * tp, "nodes": nodes,
+    return {"N": n_layers, "dp": dp, "tp": tp, "M": microbatches, "ranks": dp * tp, "traced": traced, "nodes": nodes,
             "capture_s": round(capture_s, 2), "capture_cpu_s": round(capture_cpu, 2),
             "ms_per_node": round(1000 * capture_cpu / nodes, 3), "prove_s": round(prove_s, 2),
             "verdict": engine, "reason": (report.reason or "")[:80],
@@ -69,9 +70,10 @@ def main() -> None:
         print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers)))
         return
     todo = [tuple(map(int, c.split(","))) for c in args.only] if args.only else configs(QUICK if args.quick else SWEEP)
-    print("| N | dp | tp | M | ranks | traced nodes | capture s (wall) | capture s (CPU) | capture CPU ms / node "
+    print("| N | dp | tp | M | ranks (traced) | nodes | capture s (wall) | capture s (CPU) | capture CPU ms / node "
           "| proof s | engine verdict | peak MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = {}
     for c in todo:
         cmd = [sys.executable, os.path.abspath(__file__), "--one", ",".join(map(str, c))]
         if args.workers is not None:
@@ -80,10 +82,28 @@ def main() -> None:
         if out.returncode:
             print(f"| {' | '.join(map(str, c))} | failed: {out.stderr.strip().splitlines()[-1][:100]} |")
             continue
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"| {r['N']} | {r['dp']} | {r['tp']} | {r['M']} | {r['ranks']} | {r['nodes']} | {r['capture_s']} "
+        r = rows[c] = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"| {r['N']} | {r['dp']} | {r['tp']} | {r['M']} | {r['ranks']} ({r['traced']}) | {r['nodes']} | {r['capture_s']} "
               f"| {r['capture_cpu_s']} | {r['ms_per_node']} | {r['prove_s']} | {r['verdict']} | {r['peak_mb']} |",
               flush=True)
+    for line in ratios(rows):
+        print(line)
+
+
+def ratios(rows: dict) -> list[str]:
+    """Per axis swept (N, dp, M): the largest value's cost over the smallest's, in wall and CPU
+    seconds of capture + proof (issue 16: dp8/dp2 and M8/M2 <= 1.3, N8/N1 <= 2.0)."""
+    out = []
+    for axis, i in (("N", 0), ("dp", 1), ("M", 3)):
+        line = [c for c in rows if all(c[j] == BASE[j] for j in range(4) if j != i)]
+        if len({c[i] for c in line}) < 2:
+            continue
+        lo, hi = min(line, key=lambda c: c[i]), max(line, key=lambda c: c[i])
+        wall = [rows[c]["capture_s"] + rows[c]["prove_s"] for c in (lo, hi)]
+        cpu = [rows[c]["capture_cpu_s"] for c in (lo, hi)]
+        out.append(f"{axis}{hi[i]}/{axis}{lo[i]}: capture+proof wall {wall[1] / wall[0]:.2f} "
+                   f"({wall[1]:.2f} s / {wall[0]:.2f} s), capture CPU {cpu[1] / cpu[0]:.2f}")
+    return out
 
 
 if __name__ == "__main__":

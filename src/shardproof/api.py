@@ -141,15 +141,33 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
         say("capturing the single-device training step", 0, total)
         seq, seq_inputs = tt.capture_single_step(case.single, case.inputs, case.train)
 
+        def data_of(rank):
+            return case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
+
         def capture_rank(rank):
-            data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
-            graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data, case.train, events=TEMPORAL)
+            graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data_of(rank), case.train,
+                                                 events=TEMPORAL)
             return graph, _numpy(inputs)
-        graphs, rank_values = capture_ranks(capture_rank, world, workers,
-                                             lambda r: say(f"capturing rank {r} of {world} (training step)", 1 + r, total))
+        classes = []
+        if by_class(workers):
+            from .frontends.rank_classes import capture_by_class
+            graphs, rank_values, classes = capture_by_class(
+                case.distributed, world, data_of, case.train, TEMPORAL,
+                lambda r: say(f"capturing rank {r} of {world} (training step, one per class)", 1 + r, total))
+            rank_values = [_numpy(v) for v in rank_values]
+        else:
+            graphs, rank_values = capture_ranks(capture_rank, world, workers, lambda r: say(
+                f"capturing rank {r} of {world} (training step)", 1 + r, total))
     except tc.CaptureError as exc:
         raise InputError(str(exc) + user_location(exc)) from None
-    return seq, DistributedProgram(graphs), _numpy(seq_inputs), rank_values
+    return seq, DistributedProgram(graphs, classes), _numpy(seq_inputs), rank_values
+
+
+def by_class(workers: int | None) -> bool:
+    """Whether ranks are captured one per class (frontends/rank_classes.py): symmetry on, and
+    the ranks captured in this process (the classes' graphs are derived here)."""
+    from .frontends import rank_classes, rank_pool
+    return rank_classes.SYMMETRY and (rank_pool.CAPTURE_WORKERS if workers is None else workers) == 1
 
 
 GRADIENT_OUTPUTS = ("grad:", "updated:")
@@ -217,6 +235,7 @@ class Prepared:
     case: Optional[Case] = None  # a live case, run for real to confirm a proof (dumps: None)
     pairing: list = field(default_factory=list)  # dumps with --auto-relations: how outputs were paired
     stated: frozenset = frozenset()  # outputs expected as the returned DTensor's placements state
+    rank_classes: list = field(default_factory=list)  # training: ranks captured one per class (rank_classes.py)
 
 
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
@@ -244,6 +263,7 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
                               spec, seq_values, rank_values, original_values=original or None, probe=probe)
+    classes = dist.classes
     if case.train is not None:
         dist, expected = training_expectations(seq, dist, bindings)
         expect = {**expected, **_expand_globs(expect, list(seq.outputs))}
@@ -255,7 +275,8 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
                                 f"are: {', '.join(seq.outputs)}")
     gradients = frozenset(n for n in seq.outputs if n.startswith(GRADIENT_OUTPUTS)) if case.train else frozenset()
     return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values) | _optimizer_state(case, seq_values),
-                    case.name, gradients, case, stated=frozenset(n for n, r in stated.items() if expect[n] == r))
+                    case.name, gradients, case, stated=frozenset(n for n, r in stated.items() if expect[n] == r),
+                    rank_classes=classes)
 
 
 def _optimizer_state(case: Case, values: dict) -> dict:
@@ -461,6 +482,7 @@ def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
     report = verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name, views=views,
                            progress=progress, gradients=p.gradients)
     report.pairing = [x.to_json() for x in p.pairing]
+    report.rank_classes = p.rank_classes
     if p.gradients:
         report.parameters = parameter_table(p, report)
     if report.status == "violation" and report.findings and (FIX_SEARCH if fixes is None else fixes):

@@ -18,5 +18,6 @@ def name_positions(findings: list, dist) -> None:
         if where is None:
             continue
         f.stage, f.microbatch = where
-        said = f"pipeline stage {f.stage}" + (f", microbatch {f.microbatch}" if f.microbatch is not None else "")
+        said = ", ".join(([f"pipeline stage {f.stage}"] if f.stage is not None else []) +
+                         ([f"microbatch {f.microbatch}"] if f.microbatch is not None else []))
         f.message = f"{f.message} [{said} on rank {f.rank[0]}]"
