@@ -5,7 +5,9 @@ microbatches M in {2,4,8}. Each configuration runs in its own process (its peak 
 own): capture (wall and CPU seconds, CPU ms per traced node), the proof (the engine, no
 confirmation by execution), the engine's verdict, peak memory.
 
-    python bench/scale.py [--quick] [--workers K] [--only N,dp,tp,M ...]
+    python bench/scale.py [--quick] [--workers K] [--no-symmetry] [--only N,dp,tp,M ...]
+
+The table ends with the ratios of issue 16 (dp8/dp2, M8/M2, N8/N1: capture + proof wall).
 """
 import argparse
 import json
@@ -32,13 +34,15 @@ def configs(sweep) -> list:
     return out
 
 
-def one(n_layers, dp, tp, microbatches, workers=None) -> dict:
+def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True) -> dict:
     """Capture and prove one configuration in this process."""
     sys.path.insert(0, HERE)
     import torch
     import llama_stack
+    from shardproof import api
     from shardproof.api import NO_CONFIRM, capture_case, prepare, verify_prepared
     torch.set_num_threads(1)
+    api.SYMMETRY = symmetry
     capture_case(llama_stack.case(1, 1, 2, 1), 2)  # warm-up: imports, caches
     case = llama_stack.case(n_layers, dp, tp, microbatches)
     options = {} if workers is None else {"workers": workers}
@@ -63,11 +67,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a smaller sweep")
     ap.add_argument("--workers", type=int)
+    ap.add_argument("--no-symmetry", action="store_true", help="trace every rank (the baseline before issue 16's symmetry)")
     ap.add_argument("--only", nargs="*", help="configurations N,dp,tp,M")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers)))
+        print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers, symmetry=not args.no_symmetry)))
         return
     todo = [tuple(map(int, c.split(","))) for c in args.only] if args.only else configs(QUICK if args.quick else SWEEP)
     print("| N | dp | tp | M | ranks (traced) | nodes | capture s (wall) | capture s (CPU) | capture CPU ms / node "
@@ -78,6 +83,8 @@ def main() -> None:
         cmd = [sys.executable, os.path.abspath(__file__), "--one", ",".join(map(str, c))]
         if args.workers is not None:
             cmd += ["--workers", str(args.workers)]
+        if args.no_symmetry:
+            cmd += ["--no-symmetry"]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
             print(f"| {' | '.join(map(str, c))} | failed: {out.stderr.strip().splitlines()[-1][:100]} |")

@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
 
+from shardproof import api  # noqa: E402
 from shardproof.api import prepare, verify_prepared  # noqa: E402
 from shardproof.frontends import rank_classes, torch_train  # noqa: E402
 from shardproof.report.terminal import rank_classes_text, render  # noqa: E402
@@ -34,13 +35,13 @@ def _run(module, symmetry=True, verify=True):
     def counting(make_program, rank, *args, **kwargs):
         traced.append(rank)
         return original(make_program, rank, *args, **kwargs)
-    saved = rank_classes.SYMMETRY
-    torch_train.capture_rank_step, rank_classes.SYMMETRY = counting, symmetry
+    saved = api.SYMMETRY
+    torch_train.capture_rank_step, api.SYMMETRY = counting, symmetry
     try:
         case = module.case()
         p = prepare(case, case.world_size)
     finally:
-        torch_train.capture_rank_step, rank_classes.SYMMETRY = original, saved
+        torch_train.capture_rank_step, api.SYMMETRY = original, saved
     return p, verify_prepared(p, fixes=False) if verify else None, traced
 
 
@@ -149,3 +150,14 @@ def test_labels_on_gloo(name, world, want):
     differ (after the dp all_reduce, on every rank)."""
     agree = _grads_agree(os.path.join(HERE, f"{name}.py"), world)
     assert agree == ([True] * world if want == "all" else [False] * world), agree
+
+
+def test_cli_no_symmetry_traces_every_rank(tmp_path):
+    """--no-symmetry: every rank traced (no classes in the report), for that run only."""
+    import json
+    from shardproof.cli import main
+    out = tmp_path / "off.json"
+    assert main(["verify", os.path.join(HERE, "mb4_mlp_train.py"), "--no-confirm", "--no-fix", "-qq", "--no-symmetry",
+                 "--json", str(out)]) == 2
+    assert json.loads(out.read_text())["rank_classes"] == []
+    assert api.SYMMETRY is True

@@ -166,8 +166,8 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
 def by_class(workers: int | None) -> bool:
     """Whether ranks are captured one per class (frontends/rank_classes.py): symmetry on, and
     the ranks captured in this process (the classes' graphs are derived here)."""
-    from .frontends import rank_classes, rank_pool
-    return rank_classes.SYMMETRY and (rank_pool.CAPTURE_WORKERS if workers is None else workers) == 1
+    from .frontends import rank_pool
+    return SYMMETRY and (rank_pool.CAPTURE_WORKERS if workers is None else workers) == 1
 
 
 GRADIENT_OUTPUTS = ("grad:", "updated:")
@@ -463,6 +463,9 @@ NO_CONFIRM = -1
 TEMPORAL = True
 """Whether live cases get the temporal checks (engine/temporal.py: async use before wait,
 buffers reused in flight, collective order, deadlock); the CLI's ``--no-temporal`` turns it off."""
+SYMMETRY = True
+"""Whether a training case's ranks are traced one per class (frontends/rank_classes.py); the
+CLI's ``--no-symmetry`` turns it off for one run (every rank traced)."""
 FIX_SEARCH = True
 """Whether a violation's report searches for a proved fix when the caller does not say
 (``fixes=None``); the CLI's ``--no-fix`` and ``fixes=False`` turn it off for one run."""

@@ -3,15 +3,16 @@ process groups are captured once; the others' graphs are derived from it.
 
 Class membership is decided soundly, per rank, from a cheap eager run of the rank's own
 step (no make_fx, no functionalization) under a dispatch mode that records every ATen op
-it runs: the op, its scalar arguments, the shapes/dtypes/strides of its tensors, where each
-tensor argument came from (an input by position, an earlier op's output by position, or
--- a tensor made outside the dispatcher, e.g. ``torch.tensor(2.0)`` -- its values), and the
-microbatch it ran for. Only the *group* argument of a collective is abstracted (kept aside,
-in order): two ranks whose records are equal but for those groups trace to the same graph
-but for the groups, so a member's graph is its representative's with the member's own
-groups substituted, in order, and the member's own input values and storage layouts. A rank
-whose record differs anywhere (an ``if rank == 3:`` branch, a rank-specific constant, a
-different microbatch loop) is its own class and is captured fully.
+it runs: the op, its scalar arguments, where each tensor argument came from (an input by
+position, an earlier op's output by number, or -- a tensor made outside the dispatcher,
+e.g. ``torch.tensor(2.0)`` -- its shape, dtype, strides and values), and the microbatch it
+ran for; with the inputs' names, shapes, dtypes and strides and the outputs' names. Only
+the *group* argument of a collective is abstracted (kept aside, in order): two ranks whose
+records are equal but for those groups trace to the same graph but for the groups, so a
+member's graph is its representative's with the member's own groups substituted, in order,
+and the member's own input values and storage layouts. A rank whose record differs anywhere
+(an ``if rank == 3:`` branch, a rank-specific scalar, another microbatch loop) is its own
+class and is captured fully. (A derived node keeps its representative's source line.)
 
 Programs this does not cover are captured rank by rank as before: DTensor or FSDP state,
 async collectives, point-to-point ops, capture defects, an eager run that fails.
@@ -29,11 +30,6 @@ from ..ir.graph import Graph, Node
 from .torch_capture import _op_name, _with_storage, fake_world, group_ranks
 from .torch_collectives import ASYNC_ISSUED, COLLECTIVE_PREFIXES, functional_collectives
 from .torch_p2p import PIPELINE_META, recording as p2p_recording
-
-SYMMETRY = True
-"""Whether a training case's ranks are grouped into classes (the CLI's ``--no-symmetry`` and
-``prepare(..., symmetry=False)`` capture every rank)."""
-
 
 @dataclass
 class Fingerprint:
@@ -145,7 +141,7 @@ def fingerprint_step(make_program: Callable, rank: int, world: int, data: dict, 
             return None
         if ASYNC_ISSUED[0] > issued or any(getattr(e, "peer", None) is not None for e in events):
             return None
-    signature = tuple((n, tuple(v.shape), str(v.dtype)) for n, v in inputs.items()) + (tuple(outputs),)
+    signature = tuple((n, tuple(v.shape), str(v.dtype), tuple(v.stride())) for n, v in inputs.items()) + (tuple(outputs),)
     key = hashlib.blake2b(repr((signature, record.key())).encode(), digest_size=20).hexdigest()
     layouts = tuple(_layout(v) for v in inputs.values())
     return Fingerprint(key, record.groups, dict(zip(inputs, values)), layouts, record.microbatch_keys())
