@@ -19,6 +19,7 @@ async collectives, point-to-point ops, capture defects, an eager run that fails.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -118,9 +119,11 @@ def _current_microbatch():
     return where[1] if isinstance(where, tuple) and where[0] is None else None
 
 
-def fingerprint_step(make_program: Callable, rank: int, world: int, data: dict, train) -> Fingerprint | None:
+def fingerprint_step(make_program: Callable, rank: int, world: int, data: dict, train,
+                     routed: bool = False) -> Fingerprint | None:
     """Rank `rank`'s eager record (None where the program is not one this covers, or its
-    eager run fails: it is then captured fully, which reports any error)."""
+    eager run fails: it is then captured fully, which reports any error). `routed`: the
+    caller holds :func:`functional_collectives` already (entering it scans every module)."""
     from torch.fx import traceback as fx_traceback
     from .torch_fsdp import fsdp_params
     from .torch_train import step_function
@@ -135,7 +138,8 @@ def fingerprint_step(make_program: Callable, rank: int, world: int, data: dict, 
             values = [v.detach() if isinstance(v, torch.Tensor) else v for v in inputs.values()]
             issued = ASYNC_ISSUED[0]
             record = OpRecord(values)
-            with functional_collectives(), p2p_recording() as events, fx_traceback.preserve_node_meta(), record:
+            with contextlib.nullcontext() if routed else functional_collectives(), p2p_recording() as events, \
+                    fx_traceback.preserve_node_meta(), record:
                 flat_fn(*values)
         except Exception:  # noqa: BLE001  (the full capture reports it)
             return None
@@ -267,7 +271,8 @@ def capture_by_class(make_program: Callable, world: int, data_of: Callable, trai
     graphs were derived from the representative's rather than captured)."""
     from .torch_train import capture_rank_step
     from .torch_events import rank_events
-    fps = [fingerprint_step(make_program, r, world, data_of(r), train) for r in range(world)]
+    with functional_collectives():
+        fps = [fingerprint_step(make_program, r, world, data_of(r), train, routed=True) for r in range(world)]
     graphs: list = [None] * world
     values: list = [None] * world
     out = []
