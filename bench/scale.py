@@ -53,7 +53,7 @@ def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True) -> dict:
     report = verify_prepared(p, confirm_draws=NO_CONFIRM, fixes=False)
     prove_s, prove_cpu = time.perf_counter() - t1, time.process_time() - c1
     nodes = len(p.seq.nodes) + sum(len(g.nodes) for g in p.dist.graphs)
-    traced = len(p.rank_classes) if p.rank_classes else dp * tp  # ranks traced (one per class with symmetry)
+    traced = len(p.dist.classes) if p.dist.classes else dp * tp  # ranks traced (one per class with symmetry)
     proved = report.status == "unknown" and (report.reason or "").startswith("proved, but not confirmed")
     engine = "proved" if proved else report.status  # confirmation by execution is not run here
     return {"N": n_layers, "dp": dp, "tp": tp, "M": microbatches, "ranks": dp * tp, "traced": traced, "nodes": nodes,

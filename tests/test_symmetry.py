@@ -24,6 +24,7 @@ import dp8_mlp_train  # noqa: E402
 import dp8_mlp_train_rank5_scaled  # noqa: E402
 import mb4_mlp_train  # noqa: E402
 import mb4_mlp_train_last_doubled  # noqa: E402
+import mb4_mlp_train_last_not_accumulated  # noqa: E402
 
 
 def _run(module, symmetry=True, verify=True):
@@ -57,7 +58,7 @@ def dp8_bug():
 
 @pytest.fixture(scope="module")
 def mb4():
-    return _run(mb4_mlp_train)
+    return _run(mb4_mlp_train, verify=False)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,7 @@ def test_derived_graphs_are_the_traced_ones(dp8):
     gives (ops, arguments with its own dp group, types, inputs and their layouts, outputs)."""
     p, _, _ = dp8
     full, _, traced = _run(dp8_mlp_train, symmetry=False, verify=False)
-    assert traced == list(range(8)) and not full.rank_classes
+    assert traced == list(range(8)) and not full.dist.classes
 
     def sig(g):
         return ([(n.name, n.op, repr(n.args), repr(n.kwargs), n.type, n.source) for n in g.nodes],
@@ -105,9 +106,10 @@ def test_bug_on_one_dp_rank_is_its_own_class_and_found_there(dp8_bug):
 
 
 def test_microbatch_classes_of_a_correct_step(mb4):
-    _, report, _ = mb4
-    assert report.status == "verified", report
-    assert [c["microbatch_classes"] for c in report.rank_classes] == [[[0], [1, 2, 3]]]
+    p, _, traced = mb4
+    assert traced == [0] and [c["microbatch_classes"] for c in p.dist.classes] == [[[0], [1, 2, 3]]]
+    marked = {m for n, (stage, m) in p.dist.graphs[1].positions.items()}
+    assert marked == {0, 1, 2, 3}, "every microbatch's nodes are marked, on derived ranks too"
 
 
 def test_bug_in_the_last_microbatch_is_found_and_named(mb4_bug):
@@ -117,6 +119,16 @@ def test_bug_in_the_last_microbatch_is_found_and_named(mb4_bug):
     finding = report.findings[0]
     assert finding.microbatch == 3 and "microbatch 3" in finding.message, finding
     assert finding.kind == "scaling-mismatch" and finding.rank == [0, 1], finding
+
+
+def test_missing_accumulation_in_the_last_microbatch_is_located():
+    """The last microbatch replaces the accumulated gradients: found after the loop (the dp
+    all_reduce of the gradient), and the finding says microbatch 3 runs another program."""
+    _, report, _ = _run(mb4_mlp_train_last_not_accumulated)
+    assert report.status == "violation", report
+    assert [c["microbatch_classes"] for c in report.rank_classes] == [[[0], [1, 2], [3]]]
+    finding = report.findings[0]
+    assert "microbatch 3 runs another program than microbatches 1, 2" in finding.message, finding.message
 
 
 def test_fingerprint_abstracts_only_the_groups():
@@ -144,7 +156,8 @@ def _grads_agree(path, world):
 @pytest.mark.slow
 @pytest.mark.parametrize("name,world,want", [
     ("dp8_mlp_train", 8, "all"), ("dp8_mlp_train_rank5_scaled", 8, "none"),
-    ("mb4_mlp_train", 2, "all"), ("mb4_mlp_train_last_doubled", 2, "none")])
+    ("mb4_mlp_train", 2, "all"), ("mb4_mlp_train_last_doubled", 2, "none"),
+    ("mb4_mlp_train_last_not_accumulated", 2, "none")])
 def test_labels_on_gloo(name, world, want):
     """Correct programs' gradients equal the single-device ones on every rank; the buggy ones'
     differ (after the dp all_reduce, on every rank)."""
@@ -152,6 +165,7 @@ def test_labels_on_gloo(name, world, want):
     assert agree == ([True] * world if want == "all" else [False] * world), agree
 
 
+@pytest.mark.slow
 def test_cli_no_symmetry_traces_every_rank(tmp_path):
     """--no-symmetry: every rank traced (no classes in the report), for that run only."""
     import json

@@ -136,6 +136,7 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
     """Trace the reference training step and every rank's ``train_step``."""
     from .frontends import torch_capture as tc
     from .frontends import torch_train as tt
+    from .frontends import rank_pool
     from .frontends.rank_pool import capture_ranks
     try:
         say("capturing the single-device training step", 0, total)
@@ -149,7 +150,7 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
                                                  events=TEMPORAL)
             return graph, _numpy(inputs)
         classes = []
-        if by_class(workers):
+        if SYMMETRY and (rank_pool.CAPTURE_WORKERS if workers is None else workers) == 1:  # one trace per class
             from .frontends.rank_classes import capture_by_class
             graphs, rank_values, classes = capture_by_class(
                 case.distributed, world, data_of, case.train, TEMPORAL,
@@ -161,14 +162,6 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
     except tc.CaptureError as exc:
         raise InputError(str(exc) + user_location(exc)) from None
     return seq, DistributedProgram(graphs, classes), _numpy(seq_inputs), rank_values
-
-
-def by_class(workers: int | None) -> bool:
-    """Whether ranks are captured one per class (frontends/rank_classes.py): symmetry on, and
-    the ranks captured in this process (the classes' graphs are derived here)."""
-    from .frontends import rank_pool
-    return SYMMETRY and (rank_pool.CAPTURE_WORKERS if workers is None else workers) == 1
-
 
 GRADIENT_OUTPUTS = ("grad:", "updated:")
 
@@ -201,7 +194,7 @@ def training_expectations(seq: Graph, dist: DistributedProgram, bindings: dict) 
         expect[seq_name] = _as_stated(stated.get(name), b, dist.graphs[0].stated_inputs.get(b.name))
     graphs = [replace(g, outputs={renamed.get(k, k): v for k, v in g.outputs.items()},
                       stated={renamed.get(k, k): v for k, v in g.stated.items()}) for g in dist.graphs]
-    return DistributedProgram(graphs), expect
+    return DistributedProgram(graphs, dist.classes), expect
 
 
 def _as_stated(returned, binding, param_stated):
@@ -235,7 +228,6 @@ class Prepared:
     case: Optional[Case] = None  # a live case, run for real to confirm a proof (dumps: None)
     pairing: list = field(default_factory=list)  # dumps with --auto-relations: how outputs were paired
     stated: frozenset = frozenset()  # outputs expected as the returned DTensor's placements state
-    rank_classes: list = field(default_factory=list)  # training: ranks captured one per class (rank_classes.py)
 
 
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
@@ -263,7 +255,6 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
                               spec, seq_values, rank_values, original_values=original or None, probe=probe)
-    classes = dist.classes
     if case.train is not None:
         dist, expected = training_expectations(seq, dist, bindings)
         expect = {**expected, **_expand_globs(expect, list(seq.outputs))}
@@ -275,8 +266,7 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
                                 f"are: {', '.join(seq.outputs)}")
     gradients = frozenset(n for n in seq.outputs if n.startswith(GRADIENT_OUTPUTS)) if case.train else frozenset()
     return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values) | _optimizer_state(case, seq_values),
-                    case.name, gradients, case, stated=frozenset(n for n, r in stated.items() if expect[n] == r),
-                    rank_classes=classes)
+                    case.name, gradients, case, stated=frozenset(n for n, r in stated.items() if expect[n] == r))
 
 
 def _optimizer_state(case: Case, values: dict) -> dict:
@@ -485,7 +475,10 @@ def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
     report = verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name, views=views,
                            progress=progress, gradients=p.gradients)
     report.pairing = [x.to_json() for x in p.pairing]
-    report.rank_classes = p.rank_classes
+    report.rank_classes = p.dist.classes
+    if report.findings and p.dist.classes:
+        from .engine.positions import name_odd_microbatches
+        name_odd_microbatches(report.findings, p.dist.classes)
     if p.gradients:
         report.parameters = parameter_table(p, report)
     if report.status == "violation" and report.findings and (FIX_SEARCH if fixes is None else fixes):
