@@ -8,6 +8,14 @@ WORLD_SIZES = (2,)
 FOUR_MICROBATCHES = replace(TRAIN, microbatches=4)
 
 
+class CountedMicrobatches(TrainParallelMLP):
+    """The step with its microbatches counted (``self.seen``), for programs that act on one."""
+
+    def accumulate_gradients(self, params, inputs, train):
+        self.seen = 0
+        return super().accumulate_gradients(params, inputs, train)
+
+
 def case(world_size: int = 2, model=TrainParallelMLP, name="mb4_mlp_train"):
     return mlp_case(world_size, dp=world_size, model=model, train=FOUR_MICROBATCHES, name=name,
                     meta={"source": "issue 16: microbatches (correct)"})
