@@ -285,8 +285,8 @@ def capture_by_class(make_program: Callable, world: int, data_of: Callable, trai
         for r in members[1:]:
             if derived:
                 graphs[r], values[r] = derive_graph(graphs[rep], fps[rep], keep["gm"], fps[r], r), fps[r].inputs
-                if events:
-                    graphs[r].events = derive_events(graphs[rep], graphs[r], r) or rank_events(graphs[r], r)
+                graphs[r].events = derive_events(graphs[rep], graphs[r], r) or (rank_events(graphs[r], r) if events
+                                                                                 else None)
             else:
                 graphs[r], values[r] = capture_rank_step(make_program, r, world, data_of(r), train, events)
         out.append({"representative": rep, "ranks": members, "derived": derived,
