@@ -25,6 +25,7 @@ import dp8_mlp_train_rank5_scaled  # noqa: E402
 import mb4_mlp_train  # noqa: E402
 import mb4_mlp_train_last_doubled  # noqa: E402
 import mb4_mlp_train_last_not_accumulated  # noqa: E402
+import mb4_mlp_train_rank1_wrong_group  # noqa: E402
 
 
 def _run(module, symmetry=True, verify=True):
@@ -131,6 +132,18 @@ def test_missing_accumulation_in_the_last_microbatch_is_located():
     assert "microbatch 3 runs another program than microbatches 1, 2" in finding.message, finding.message
 
 
+def test_a_rank_on_another_group_is_derived_with_its_own_group_and_found():
+    """Rank 1 reduces over its own size-1 group: its ops are rank 0's, so one class, but its
+    derived graph carries its own group and the collectives never pair up (a deadlock)."""
+    p, report, traced = _run(mb4_mlp_train_rank1_wrong_group)
+    assert traced == [0] and [c["ranks"] for c in report.rank_classes] == [[0, 1]]
+    assert report.status == "violation", report
+    finding = report.findings[0]
+    assert finding.kind == "collective-mismatch" and "deadlock" in finding.message, finding
+    groups = [{n.args[-1] for n in g.nodes if n.op == "_c10d_functional.all_reduce"} for g in p.dist.graphs]
+    assert (1,) in groups[1] and (1,) not in groups[0]
+
+
 def test_fingerprint_abstracts_only_the_groups():
     """Ranks 0 and 5 of the buggy step run the same ops with another scalar: other keys;
     ranks 0 and 1 of the correct one differ only in their data slice: one key, their own groups."""
@@ -146,22 +159,24 @@ def test_fingerprint_abstracts_only_the_groups():
 
 # ---------------------------------------------------------------- labels (real gloo runs)
 
-def _grads_agree(path, world):
+def _grads_agree(path, world, timeout=300):
+    """Per rank: whether its gradients equal the single-device ones (False: differ, or no result)."""
     from gloo import training_gradients
-    single, ranks = training_gradients(path, world)
-    assert all(isinstance(r, dict) for r in ranks), ranks
-    return [all(torch.allclose(torch.as_tensor(r[n]), single[n].detach(), atol=1e-5) for n in single) for r in ranks]
+    single, ranks = training_gradients(path, world, timeout)
+    return [isinstance(r, dict) and all(torch.allclose(torch.as_tensor(r[n]), single[n].detach(), atol=1e-5)
+                                        for n in single) for r in ranks]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,world,want", [
     ("dp8_mlp_train", 8, "all"), ("dp8_mlp_train_rank5_scaled", 8, "none"),
     ("mb4_mlp_train", 2, "all"), ("mb4_mlp_train_last_doubled", 2, "none"),
-    ("mb4_mlp_train_last_not_accumulated", 2, "none")])
+    ("mb4_mlp_train_last_not_accumulated", 2, "none"), ("mb4_mlp_train_rank1_wrong_group", 2, "none")])
 def test_labels_on_gloo(name, world, want):
     """Correct programs' gradients equal the single-device ones on every rank; the buggy ones'
-    differ (after the dp all_reduce, on every rank)."""
-    agree = _grads_agree(os.path.join(HERE, f"{name}.py"), world)
+    differ (after the dp all_reduce, on every rank) or never come (a hang)."""
+    hangs = name.endswith("wrong_group")  # a gloo hang: wait a minute, not five
+    agree = _grads_agree(os.path.join(HERE, f"{name}.py"), world, timeout=60 if hangs else 300)
     assert agree == ([True] * world if want == "all" else [False] * world), agree
 
 
