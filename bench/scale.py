@@ -5,9 +5,10 @@ microbatches M in {2,4,8}. Each configuration runs in its own process (its peak 
 own): capture (wall and CPU seconds, CPU ms per traced node), the proof (the engine, no
 confirmation by execution), the engine's verdict, peak memory.
 
-    python bench/scale.py [--quick] [--workers K] [--only N,dp,tp,M ...]
+    python bench/scale.py [--quick] [--workers K] [--no-symmetry] [--only N,dp,tp,M ...]
     python bench/scale.py --blocks [--only N,tp ...]
 
+The table ends with the ratios of issue 16 (dp8/dp2, M8/M2, N8/N1: capture + proof wall).
 ``--blocks``: the layer stack of the same model (N Llama blocks on one tp group, forward and
 backward) verified by block contracts (shardproof.blocks: each layer captured alone, identical
 blocks proved once, contracts chained): wall and CPU seconds, capture vs proof, and N8/N1.
@@ -37,28 +38,32 @@ def configs(sweep) -> list:
     return out
 
 
-def one(n_layers, dp, tp, microbatches, workers=None) -> dict:
+def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True) -> dict:
     """Capture and prove one configuration in this process."""
     sys.path.insert(0, HERE)
     import torch
     import llama_stack
+    from shardproof import api
     from shardproof.api import NO_CONFIRM, capture_case, prepare, verify_prepared
     torch.set_num_threads(1)
+    api.SYMMETRY = symmetry
     capture_case(llama_stack.case(1, 1, 2, 1), 2)  # warm-up: imports, caches
     case = llama_stack.case(n_layers, dp, tp, microbatches)
     options = {} if workers is None else {"workers": workers}
     t0, c0 = time.perf_counter(), time.process_time()
     p = prepare(case, dp * tp, **options)
     capture_s, capture_cpu = time.perf_counter() - t0, time.process_time() - c0
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     report = verify_prepared(p, confirm_draws=NO_CONFIRM, fixes=False)
-    prove_s = time.perf_counter() - t1
+    prove_s, prove_cpu = time.perf_counter() - t1, time.process_time() - c1
     nodes = len(p.seq.nodes) + sum(len(g.nodes) for g in p.dist.graphs)
+    traced = len(p.dist.classes) if p.dist.classes else dp * tp  # ranks traced (one per class with symmetry)
     proved = report.status == "unknown" and (report.reason or "").startswith("proved, but not confirmed")
     engine = "proved" if proved else report.status  # confirmation by execution is not run here
-    return {"N": n_layers, "dp": dp, "tp": tp, "M": microbatches, "ranks": dp * tp, "nodes": nodes,
+    return {"N": n_layers, "dp": dp, "tp": tp, "M": microbatches, "ranks": dp * tp, "traced": traced, "nodes": nodes,
             "capture_s": round(capture_s, 2), "capture_cpu_s": round(capture_cpu, 2),
             "ms_per_node": round(1000 * capture_cpu / nodes, 3), "prove_s": round(prove_s, 2),
+            "prove_cpu_s": round(prove_cpu, 2),
             "verdict": engine, "reason": (report.reason or "")[:80],
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
@@ -119,6 +124,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a smaller sweep")
     ap.add_argument("--workers", type=int)
+    ap.add_argument("--no-symmetry", action="store_true", help="trace every rank (the baseline before issue 16's symmetry)")
     ap.add_argument("--only", nargs="*", help="configurations N,dp,tp,M")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--blocks", action="store_true", help="the layer stack by block contracts (--only N,tp)")
@@ -131,21 +137,43 @@ def main() -> None:
         blocks_table([tuple(map(int, c.split(","))) for c in args.only] if args.only else [(1, 2), (8, 2)])
         return
     if args.one:
-        print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers)))
+        print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers, symmetry=not args.no_symmetry)))
         return
     todo = [tuple(map(int, c.split(","))) for c in args.only] if args.only else configs(QUICK if args.quick else SWEEP)
-    print("| N | dp | tp | M | ranks | traced nodes | capture s (wall) | capture s (CPU) | capture CPU ms / node "
-          "| proof s | engine verdict | peak MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| N | dp | tp | M | ranks (traced) | nodes | capture s (wall) | capture s (CPU) | capture CPU ms / node "
+          "| proof s (wall) | proof s (CPU) | engine verdict | peak MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = {}
     for c in todo:
-        workers = ["--workers", str(args.workers)] if args.workers is not None else []
-        r = _subprocess(["--one", ",".join(map(str, c))] + workers)
+        extra = ["--workers", str(args.workers)] if args.workers is not None else []
+        extra += ["--no-symmetry"] if args.no_symmetry else []
+        r = _subprocess(["--one", ",".join(map(str, c))] + extra)
         if isinstance(r, str):
             print(f"| {' | '.join(map(str, c))} | failed: {r} |")
             continue
-        print(f"| {r['N']} | {r['dp']} | {r['tp']} | {r['M']} | {r['ranks']} | {r['nodes']} | {r['capture_s']} "
-              f"| {r['capture_cpu_s']} | {r['ms_per_node']} | {r['prove_s']} | {r['verdict']} | {r['peak_mb']} |",
+        rows[c] = r
+        print(f"| {r['N']} | {r['dp']} | {r['tp']} | {r['M']} | {r['ranks']} ({r['traced']}) | {r['nodes']} | {r['capture_s']} "
+              f"| {r['capture_cpu_s']} | {r['ms_per_node']} | {r['prove_s']} | {r['prove_cpu_s']} | {r['verdict']} "
+              f"| {r['peak_mb']} |",
               flush=True)
+    for line in ratios(rows):
+        print(line)
+
+
+def ratios(rows: dict) -> list[str]:
+    """Per axis swept (N, dp, M): the largest value's cost over the smallest's, in wall and CPU
+    seconds of capture + proof (issue 16: dp8/dp2 and M8/M2 <= 1.3, N8/N1 <= 2.0)."""
+    out = []
+    for axis, i in (("N", 0), ("dp", 1), ("M", 3)):
+        line = [c for c in rows if all(c[j] == BASE[j] for j in range(4) if j != i)]
+        if len({c[i] for c in line}) < 2:
+            continue
+        lo, hi = min(line, key=lambda c: c[i]), max(line, key=lambda c: c[i])
+        wall = [rows[c]["capture_s"] + rows[c]["prove_s"] for c in (lo, hi)]
+        cpu = [rows[c]["capture_cpu_s"] + rows[c]["prove_cpu_s"] for c in (lo, hi)]
+        out.append(f"{axis}{hi[i]}/{axis}{lo[i]}: capture+proof wall {wall[1] / wall[0]:.2f} "
+                   f"({wall[1]:.2f} s / {wall[0]:.2f} s), CPU {cpu[1] / cpu[0]:.2f} ({cpu[1]:.2f} s / {cpu[0]:.2f} s)")
+    return out
 
 
 if __name__ == "__main__":

@@ -60,7 +60,11 @@ _LAYOUT_RUNS: list = []
 
 
 def _capture(**options):
-    seq, dist, seq_values, rank_values, *_ = capture_case(tp_mlp_train.case(WORLD, dp=DP), WORLD, **options)
+    """Every rank traced (no rank classes: frontends/rank_classes.py derives graphs instead)."""
+    from shardproof import api
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(api, "SYMMETRY", False)
+        seq, dist, seq_values, rank_values, *_ = capture_case(tp_mlp_train.case(WORLD, dp=DP), WORLD, **options)
     return seq, dist, seq_values, rank_values
 
 

@@ -139,6 +139,7 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
     """Trace the reference training step and every rank's ``train_step``."""
     from .frontends import torch_capture as tc
     from .frontends import torch_train as tt
+    from .frontends import rank_pool
     from .frontends.rank_pool import capture_ranks
     try:
         say("capturing the single-device training step", 0, total)
@@ -146,16 +147,28 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
         seq, seq_inputs = tt.capture_single_step(case.single, case.inputs, case.train)
         executor.record("capture", "single-device", time.perf_counter() - t0)
 
+        def data_of(rank):
+            return case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
+
         def capture_rank(rank):
-            data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
-            graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data, case.train, events=events)
+            graph, inputs = tt.capture_rank_step(case.distributed, rank, world, data_of(rank), case.train,
+                                                 events=events)
             return graph, _numpy(inputs)
-        graphs, rank_values = capture_ranks(capture_rank, world, workers,
-                                             lambda r: say(f"capturing rank {r} of {world} (training step)", 1 + r, total))
+        classes = []
+        run = executor.active()
+        serial = (run is None or run.kind == "serial") and (rank_pool.CAPTURE_WORKERS if workers is None else workers) == 1
+        if SYMMETRY and serial:  # one trace per class
+            from .frontends.rank_classes import capture_by_class
+            graphs, rank_values, classes = capture_by_class(
+                case.distributed, world, data_of, case.train, events,
+                lambda r: say(f"capturing rank {r} of {world} (training step, one per class)", 1 + r, total))
+            rank_values = [_numpy(v) for v in rank_values]
+        else:
+            graphs, rank_values = capture_ranks(capture_rank, world, workers, lambda r: say(
+                f"capturing rank {r} of {world} (training step)", 1 + r, total))
     except tc.CaptureError as exc:
         raise InputError(str(exc) + user_location(exc)) from None
-    return seq, DistributedProgram(graphs), _numpy(seq_inputs), rank_values
-
+    return seq, DistributedProgram(graphs, classes), _numpy(seq_inputs), rank_values
 
 GRADIENT_OUTPUTS = ("grad:", "updated:")
 
@@ -188,7 +201,7 @@ def training_expectations(seq: Graph, dist: DistributedProgram, bindings: dict) 
         expect[seq_name] = _as_stated(stated.get(name), b, dist.graphs[0].stated_inputs.get(b.name))
     graphs = [replace(g, outputs={renamed.get(k, k): v for k, v in g.outputs.items()},
                       stated={renamed.get(k, k): v for k, v in g.stated.items()}) for g in dist.graphs]
-    return DistributedProgram(graphs), expect
+    return DistributedProgram(graphs, dist.classes), expect
 
 
 def _as_stated(returned, binding, param_stated):
@@ -452,6 +465,9 @@ NO_CONFIRM = -1
 TEMPORAL = True
 """Whether live cases get the temporal checks (engine/temporal.py: async use before wait,
 buffers reused in flight, collective order, deadlock); the CLI's ``--no-temporal`` turns it off."""
+SYMMETRY = True
+"""Whether a training case's ranks are traced one per class (frontends/rank_classes.py); the
+CLI's ``--no-symmetry`` turns it off for one run (every rank traced)."""
 FIX_SEARCH = True
 """Whether a violation's report searches for a proved fix when the caller does not say
 (``fixes=None``); the CLI's ``--no-fix`` and ``fixes=False`` turn it off for one run."""
@@ -471,6 +487,10 @@ def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
     report = verify_graphs(p.seq, p.dist, p.bindings, p.expect, examples=p.examples, name=p.name, views=views,
                            progress=progress, gradients=p.gradients)
     report.pairing = [x.to_json() for x in p.pairing]
+    report.rank_classes = p.dist.classes
+    if report.findings and p.dist.classes:
+        from .engine.positions import name_odd_microbatches
+        name_odd_microbatches(report.findings, p.dist.classes)
     if p.gradients:
         report.parameters = parameter_table(p, report)
     if report.status == "violation" and report.findings and (FIX_SEARCH if fixes is None else fixes):

@@ -108,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--capture-workers", metavar="K", type=int,
                    help="capture a live case's ranks on K forked processes (0: one per CPU; default 1)")
     _executor_arguments(v, "a live case's ranks are captured")
+    v.add_argument("--no-symmetry", action="store_true",
+                   help="trace every rank of a training case (by default ranks whose programs are one program up "
+                        "to their process groups are traced once per class, the others derived)")
     v.add_argument("--max-memory", metavar="SIZE",
                    help="peak memory (RSS) budget of the process, e.g. 2G or 512M: above it the verdict is unknown, "
                         "naming where it stopped")
@@ -271,10 +274,11 @@ def _plan(args) -> list[tuple]:
 def _run(args, path, n, module, progress):
     from . import api
     saved, api.TEMPORAL = api.TEMPORAL, not args.no_temporal  # for this run only
+    symmetry, api.SYMMETRY = api.SYMMETRY, not getattr(args, "no_symmetry", False)
     try:
         return _run_case(args, path, n, module, progress)
     finally:
-        api.TEMPORAL = saved
+        api.TEMPORAL, api.SYMMETRY = saved, symmetry
 
 
 def _run_case(args, path, n, module, progress):

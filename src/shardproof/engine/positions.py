@@ -18,5 +18,38 @@ def name_positions(findings: list, dist) -> None:
         if where is None:
             continue
         f.stage, f.microbatch = where
-        said = f"pipeline stage {f.stage}" + (f", microbatch {f.microbatch}" if f.microbatch is not None else "")
+        said = ", ".join(([f"pipeline stage {f.stage}"] if f.stage is not None else []) +
+                         ([f"microbatch {f.microbatch}"] if f.microbatch is not None else []))
         f.message = f"{f.message} [{said} on rank {f.rank[0]}]"
+
+
+def odd_microbatches(classes: list) -> list[tuple[int, list, list]]:
+    """(representative, odd microbatches, regular ones) of each rank class whose
+    gradient-accumulation microbatches do not all run one program: the largest group of
+    microbatches is the regular program, microbatch 0 (it starts the accumulation) may differ,
+    any other microbatch outside that group is odd (``classes``: the report's rank_classes)."""
+    out = []
+    for c in classes:
+        groups = c.get("microbatch_classes") or []
+        if len(groups) < 2:
+            continue
+        regular = max(groups, key=len)
+        odd = sorted(m for g in groups if g is not regular for m in g if m != 0)
+        if odd and len(regular) > 1:
+            out.append((c["representative"], odd, regular))
+    return out
+
+
+def name_odd_microbatches(findings: list, classes: list) -> None:
+    """Say in each finding that has no microbatch of its own which microbatches run another
+    program than the others (frontends/rank_classes.py): a bug in one microbatch only whose
+    effect is found after the loop (a missing accumulation) is then still located."""
+    odd = odd_microbatches(classes)
+    if not odd:
+        return
+    said = "; ".join(f"on rank {rep}'s class, microbatch{'es' if len(m) > 1 else ''} {', '.join(map(str, m))} "
+                     f"{'run' if len(m) > 1 else 'runs'} another program than microbatches {', '.join(map(str, reg))}"
+                     for rep, m, reg in odd)
+    for f in findings:
+        if f.microbatch is None:
+            f.message = f"{f.message} [{said}]"

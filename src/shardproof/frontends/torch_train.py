@@ -85,6 +85,14 @@ def split_microbatches(inputs: dict[str, torch.Tensor], k: int, dim: int = 0) ->
     return [{n: c[i] for n, c in chunks.items()} for i in range(k)]
 
 
+def microbatch_position(index: int):
+    """Mark what runs inside as microbatch `index` of a gradient-accumulation loop: its traced
+    nodes (a finding then names the microbatch) and its ops in a rank's record
+    (rank_classes: microbatches grouped by equal programs)."""
+    from .torch_p2p import pipeline_position
+    return pipeline_position(None, index)
+
+
 # ---------------------------------------------------------------- the reference step
 
 def loss_of(train: Train, outputs, inputs: dict) -> torch.Tensor:
@@ -191,12 +199,9 @@ class ForwardLines(TorchFunctionMode):
         return made
 
 
-def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callable, label: str) -> tuple[Graph, dict]:
-    """Trace ``step(program, inputs, state, train)`` (program state swapped for graph
-    inputs, parameters requiring grad) into the IR; returns the graph and its input values.
-    A DTensor parameter's graph input is the rank's local shard, seen by the step as that
-    DTensor (its optimizer state too), and what the step returns as DTensors is taken
-    locally: the rank's program is what DTensor runs on that rank, collectives included."""
+def step_function(program: torch.nn.Module, data: dict, train: Train, step: Callable):
+    """``(flat_fn, inputs, output_names, stated, specs)``: the step as a function of its flat
+    inputs (see :func:`trace_step`); `output_names` and `stated` are filled when it runs."""
     inputs = step_inputs(program, data, train)
     names = list(inputs)
     params = [n for n, _ in program.named_parameters()]
@@ -228,7 +233,20 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
         output_names[:] = list(outs)
         stated.update(placement_specs(outs))
         return [local_tensor(o).detach() if isinstance(o, torch.Tensor) else o for o in outs.values()]
+    return flat_fn, inputs, output_names, stated, specs
 
+
+def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callable, label: str,
+               keep: dict | None = None) -> tuple[Graph, dict]:
+    """Trace ``step(program, inputs, state, train)`` (program state swapped for graph
+    inputs, parameters requiring grad) into the IR; returns the graph and its input values.
+    A DTensor parameter's graph input is the rank's local shard, seen by the step as that
+    DTensor (its optimizer state too), and what the step returns as DTensors is taken
+    locally: the rank's program is what DTensor runs on that rank, collectives included.
+    With `keep`, ``keep["gm"]`` is the traced fx module."""
+    flat_fn, inputs, output_names, stated, specs = step_function(program, data, train, step)
+    names = list(inputs)
+    fsdp = fsdp_params(program)
     try:
         with functional_collectives(), user_stack_traces(), fx_traceback.preserve_node_meta(), ForwardLines(), \
                 library_tracing(), fsdp_tracing() if fsdp else contextlib.nullcontext(), p2p_recording() as events:
@@ -242,6 +260,8 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
     attach_events(graph, events, gm.graph)
     graph.stated = stated_relations(stated)
     graph.stated_inputs = stated_relations({n: spec[:2] for n, spec in specs.items()})
+    if keep is not None:  # the traced module, for graphs derived from this one (rank_classes)
+        keep["gm"] = gm
     return graph, inputs
 
 
@@ -250,9 +270,9 @@ def capture_single_step(model: Any, data: dict, train: Train) -> tuple[Graph, di
 
 
 def capture_rank_step(make_program: Callable[[int, int], Any], rank: int, world_size: int, data: dict,
-                      train: Train, events: bool = False) -> tuple[Graph, dict]:
+                      train: Train, events: bool = False, keep: dict | None = None) -> tuple[Graph, dict]:
     """Trace rank `rank`'s ``train_step``; with `events`, ``graph.events`` holds its
-    program-order events (torch_events.step_events)."""
+    program-order events (torch_events.step_events); `keep`: see :func:`trace_step`."""
     with fake_world(rank, world_size):
         try:
             program = make_program(rank, world_size)
@@ -262,7 +282,7 @@ def capture_rank_step(make_program: Callable[[int, int], Any], rank: int, world_
             raise CaptureError(f"the distributed program of rank {rank} ({type(program).__name__}) has no "
                                f"train_step(inputs, state, train) method; a training case needs one")
         issued = ASYNC_ISSUED[0]
-        graph, inputs = trace_step(program, data, train, lambda m, *a: m.train_step(*a), f"rank {rank}")
+        graph, inputs = trace_step(program, data, train, lambda m, *a: m.train_step(*a), f"rank {rank}", keep)
         if events:  # an eager run where the rank issues async collectives; else the graph's order
             from .torch_events import rank_events, step_events  # (it imports torch_capture)
             graph.events = rank_events(graph, rank, (lambda: step_events(program, data, train, rank))

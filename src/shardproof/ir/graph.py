@@ -151,6 +151,9 @@ class DistributedProgram:
     """One graph per rank of a world; rank r runs ``graphs[r]``."""
 
     graphs: list[Graph]
+    classes: list = field(default_factory=list)
+    """Where the ranks were captured one per class: ``{representative, ranks, derived,
+    microbatch_classes}`` (frontends/rank_classes.py)."""
 
     @property
     def world_size(self) -> int:

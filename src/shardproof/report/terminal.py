@@ -94,6 +94,31 @@ def _pairing(report: Report) -> Text:
     return text
 
 
+def _spans(ranks: list) -> str:
+    """Ranks as runs: [0, 1, 2, 5] -> '0-2, 5'."""
+    runs: list = []
+    for r in ranks:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def rank_classes_text(report: Report) -> str:
+    """Training cases captured one rank per class: which ranks each traced rank stood for,
+    and the microbatches grouped by equal programs (issue 16)."""
+    parts = []
+    for c in report.rank_classes:
+        how = "derived from" if c["derived"] else "each traced, like"
+        others = [r for r in c["ranks"] if r != c["representative"]]
+        part = f"rank {c['representative']}" + (f" ({how} it: {_spans(others)})" if others else " (alone)")
+        if len(c.get("microbatch_classes") or ()) > 1:
+            part += " microbatches " + " | ".join(_spans(m) for m in c["microbatch_classes"])
+        parts.append(part)
+    return "rank classes: " + "; ".join(parts)
+
+
 def _finding(i: int, f) -> Panel:
     lines = [Text.assemble(("kind: ", "bold"), f.kind),
              Text.assemble(("where: ", "bold"), f"node {f.node} ({f.op}) on rank(s) {', '.join(map(str, f.rank))}"
@@ -139,6 +164,8 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
         console.print(_outputs(report))
     if report.pairing:
         console.print(_pairing(report))
+    if report.rank_classes:
+        console.print(Text(rank_classes_text(report), style="dim"))
     for i, f in enumerate(report.findings, 1):
         console.print(_finding(i, f))
     if verbose or report.status != "verified":

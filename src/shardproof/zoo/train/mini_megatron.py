@@ -13,7 +13,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the zoo models
 
-from shardproof.frontends.torch_train import clip_coefficient, optimizer_update, split_microbatches  # noqa: E402
+from shardproof.frontends.torch_train import (clip_coefficient, microbatch_position, optimizer_update,  # noqa: E402
+                                             split_microbatches)
 
 
 class Mesh:
@@ -175,12 +176,13 @@ class MegatronTraining:
         """Forward and backward over the microbatches: (the loss, the summed gradients)."""
         total_tokens = self.global_tokens(inputs)
         grads, loss = {}, 0
-        for mb in split_microbatches(inputs, train.microbatches, self.microbatch_dim):
-            mb_loss = self.microbatch_loss(mb, total_tokens, train)
-            scaled = mb_loss * train.loss_scale if train.loss_scale else mb_loss
-            new = torch.autograd.grad(scaled, list(params.values()))
-            grads = self.accumulate(grads, dict(zip(params, new)), train)
-            loss = loss + mb_loss.detach()
+        for index, mb in enumerate(split_microbatches(inputs, train.microbatches, self.microbatch_dim)):
+            with microbatch_position(index):  # marks the nodes: a finding names its microbatch
+                mb_loss = self.microbatch_loss(mb, total_tokens, train)
+                scaled = mb_loss * train.loss_scale if train.loss_scale else mb_loss
+                new = torch.autograd.grad(scaled, list(params.values()))
+                grads = self.accumulate(grads, dict(zip(params, new)), train)
+                loss = loss + mb_loss.detach()
         if train.loss_scale:
             grads = {n: g / train.loss_scale for n, g in grads.items()}
         return loss, grads
