@@ -19,5 +19,5 @@ def case(world_size: int = 2):
     return pipeline_case(world_size, model=GradsReset, name="automodel_3530_pp_grads_reset_between_microbatches",
                          meta={"source": "https://github.com/NVIDIA-NeMo/Automodel/pull/3530",
                                "bug": "wrong-group", "bug_node": "all_reduce_1", "bug_op": "_c10d_functional.all_reduce",
-                               "bug_ranks": [0, 1], "bug_source": "mini_megatron.py:33", "bug_line": "dist.all_reduce",
+                               "bug_ranks": [0, 1], "bug_source": "mini_megatron.py:34", "bug_line": "dist.all_reduce",
                                "hint": "share of the reduction"})

@@ -24,5 +24,5 @@ def case(world_size: int = 2):
     return pipeline_case(world_size, model=LossNotNormalized, name="torchtitan_2972_pp_loss_not_normalized",
                          meta={"source": "https://github.com/pytorch/torchtitan/issues/2972",
                                "bug": "rank-specific-mismatch", "bug_node": "mul_3", "bug_op": "aten.mul", "bug_ranks": [1],
-                               "bug_source": "mini_megatron.py:111", "bug_line": 'batch["mask"]', "hint": "differently",
+                               "bug_source": "mini_megatron.py:112", "bug_line": 'batch["mask"]', "hint": "differently",
                                "bug_stage": 1, "bug_microbatch": 0})
