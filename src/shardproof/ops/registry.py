@@ -106,4 +106,4 @@ def load_builtin() -> None:
         from . import p2p  # noqa: F401
         from . import aten_dynamic, aten_vision  # noqa: F401
         from . import complex_ops  # noqa: F401
-        from ..algebra import lemmas, masks, normal, padding  # noqa: F401  (pattern lemmas register themselves)
+        from ..algebra import lemmas, masks, normal, padding, picks  # noqa: F401  (pattern lemmas register themselves)
