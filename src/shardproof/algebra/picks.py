@@ -129,3 +129,88 @@ def _sum_of_everything_viewed(terms, attrs, children, shape):
         return None
     x = inner.children[0]
     return terms.make("sum", (tuple(range(len(terms.shape(x)))), False, None), (x,), ())
+
+
+# ---------------------------------------------------------------- row views pushed to the leaves
+# So that a per-row gradient computed in one row order and viewed into another (the single
+# device's [b, s] rows, megatron's [s, b]) meets the other program's term: a row-rearranging
+# view of an elementwise form is that form of the viewed operands (a per-row part ``[rows,
+# 1]`` viewed by its rows), of a one-hot the one-hot of the viewed index, of a constant the
+# constant. Exact identities of indexing.
+
+UNARY = ("exp", "log", "neg", "sqrt", "rsqrt", "tanh", "sigmoid")  # one-operand elementwise terms
+
+
+def _row_step(terms, op: str, attrs: tuple, src: tuple, dst: tuple):
+    """The step a view `src` -> `dst` keeping the last dim takes on the rows, or None."""
+    if not src or not dst or src[-1] != dst[-1] or len(src) < 2 or len(dst) < 2:
+        return None
+    if op == "permute":
+        perm = tuple(attrs[0])
+        return ("permute", (perm[:-1],), dst[:-1]) if perm[-1] == len(perm) - 1 else None
+    return ("reshape", (dst[:-1],), dst[:-1]) if math.prod(src[:-1]) == math.prod(dst[:-1]) else None
+
+
+def _rows_viewed(terms, t: int, step) -> int:
+    op, attrs, rows = step
+    return view_term(terms, op, attrs, t, rows)
+
+
+def _view_part(terms, op, attrs, part: int, whole: tuple, shape: tuple, step):
+    ps = tuple(terms.shape(part))
+    if ps == whole:
+        return view_term(terms, op, attrs, part, shape)
+    if all(n == 1 for n in ps):  # a scalar broadcast everywhere
+        return part
+    if ps == whole[:-1] + (1,):  # one value per row
+        inner = terms[part]
+        rows = inner.children[0] if inner.op == "reshape" and terms.shape(inner.children[0]) == whole[:-1] \
+            else view_term(terms, "reshape", (whole[:-1],), part, whole[:-1])
+        new_rows = _rows_viewed(terms, rows, step)
+        return view_term(terms, "reshape", (tuple(shape[:-1]) + (1,),), new_rows, tuple(shape[:-1]) + (1,))
+    return None
+
+
+def _row_view_pushed(op: str):
+    def rule(terms, attrs, children, shape):
+        inner = terms[children[0]]
+        whole, shape = tuple(inner.shape), tuple(shape)
+        step = _row_step(terms, op, attrs, whole, shape)
+        if inner.op == "fill" and len(inner.attrs) == 1:
+            return terms.make("fill", inner.attrs, (), shape)
+        if step is None:
+            return None
+        if inner.op == "onehot" and len(inner.children) == 1:
+            return terms.make("onehot", inner.attrs, (_rows_viewed(terms, inner.children[0], step),), shape)
+        if inner.op == "lin":
+            parts = {}
+            for part, c in zip(inner.children, inner.attrs):
+                viewed = _view_part(terms, op, attrs, part, whole, shape, step)
+                if viewed is None:
+                    return None
+                parts[viewed] = parts.get(viewed, 0) + c
+            return linear(terms, parts, shape)
+        if inner.children and (inner.op in terms.elementwise_ops or
+                               (inner.op in UNARY and inner.attrs == ("$", ()) and len(inner.children) == 1)):
+            kids = [_view_part(terms, op, attrs, k, whole, shape, step) for k in inner.children]
+            if any(k is None for k in kids) or not any(tuple(terms.shape(k)) == shape for k in kids):
+                return None
+            return terms.make(inner.op, inner.attrs, tuple(kids), shape)
+        return None
+    return rule
+
+
+rewrite("reshape")(_row_view_pushed("reshape"))
+rewrite("permute")(_row_view_pushed("permute"))
+
+
+@rewrite("log_softmax_backward")
+def _log_softmax_backward_of_a_bare_pick(terms, attrs, children, shape):
+    """The gradient of picking one logit per row (a one-hot, its scale pulled out as a
+    coefficient) through log_softmax: onehot(t) - exp(y), a one-hot row summing to one (t
+    indexes the row: integer data inputs are valid indices, an assumption every report states)."""
+    g, y = children
+    if attrs != (0,) or terms[g].op != "onehot" or terms.shape(g) != tuple(shape):
+        return None
+    ey = terms.make("exp", ("$", ()), (y,), shape)
+    return linear(terms, {g: 1, ey: -1}, shape)
