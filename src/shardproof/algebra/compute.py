@@ -91,23 +91,25 @@ def _offset_aligned(terms: TermStore, vals: list[Val], dims: list[int]):
     constant offset from the others (the two halves of a fused gate_up projection):
     ``f(A[v], B[v + c]) = f(A[0:L], B[c:c+L])[v]``. Each operand becomes a window of
     its term starting at its offset above the smallest one, all of length L (the
-    longest every window allows), selected by one common vector; None if not so."""
-    sizes = {terms.shape(v.t)[d] for v, d in zip(vals, dims)}
-    if len(sizes) != 1:
-        return None
-    size = sizes.pop()
-    vecs = [vec_array(v.vecs[d], size) for v, d in zip(vals, dims)]
+    longest every window allows), selected by one common vector; None if not so. Dims of
+    different extents (a fused projection's half against the unfused gradient) too: L is
+    the longest window every operand holds, and an operand whose window is all of it stays."""
+    sizes = [terms.shape(v.t)[d] for v, d in zip(vals, dims)]
+    vecs = [vec_array(v.vecs[d], size) for v, d, size in zip(vals, dims, sizes)]
     if any(len(v) != len(vecs[0]) or not len(v) for v in vecs):
         return None
     offs = [int(v[0] - vecs[0][0]) for v in vecs]
     if any(not np.array_equal(v - vecs[0], np.full(len(v), o)) for v, o in zip(vecs, offs)) or len(set(offs)) < 2:
         return None
     low = min(offs)
-    length = size - (max(offs) - low)
+    length = min(size - (o - low) for size, o in zip(sizes, offs))
     out = []
     for val, d, vec, o in zip(vals, dims, vecs, offs):
         start = o - low
         ts = list(terms.shape(val.t))
+        if start == 0 and length == ts[d]:
+            out.append(val)
+            continue
         sel = [None] * len(ts)
         sel[d] = np.arange(start, start + length, dtype=np.int64)
         ts[d] = length
