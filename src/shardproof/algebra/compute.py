@@ -58,7 +58,8 @@ def _aligned(terms: TermStore, vals: list[Val], full_dims: Sequence[int] = ()) -
                 and same_vec(vals[i].vecs[dim_of(vals[i])], ref.vecs[ref_d]) for i in carriers)
             if not agree:
                 shifted = _prefix_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers]) \
-                    or _offset_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers])
+                    or _offset_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers]) \
+                    or _selection_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers])
                 for n, i in enumerate(carriers):
                     vals[i] = shifted[n] if shifted else materialize(terms, vals[i], [dim_of(vals[i])])
                 ref = vals[carriers[0]]
@@ -84,6 +85,42 @@ def _prefix_aligned(terms: TermStore, vals: list[Val], dims: list[int]):
             or not len(pos[0]) or pos[0].max() >= low:
         return None
     return [truncate(terms, v, d, low) for v, d in zip(vals, dims)]
+
+
+def _selection_aligned(terms: TermStore, vals: list[Val], dims: list[int]):
+    """Operands holding positions ``w`` of a longer dim and ``v`` of a shorter one where a
+    selection ``S`` of the longer dim that the programs already built (a gather term of it,
+    e.g. the single device's grouped-query heads picked out of an expanded tensor) has
+    ``S[v] = w``: ``A[w] = gather(A, S)[v]``, so every operand holds ``v`` of dims of one
+    extent; None if not so."""
+    sizes = [terms.shape(v.t)[d] for v, d in zip(vals, dims)]
+    n = min(sizes)
+    refs = [vec_array(v.vecs[d], n) for v, d, m in zip(vals, dims, sizes) if m == n]
+    if len(set(sizes)) < 2 or any(len(r) != len(refs[0]) or not np.array_equal(r, refs[0]) for r in refs):
+        return None
+    v = refs[0]
+    out = []
+    for val, d, m in zip(vals, dims, sizes):
+        if m == n:
+            out.append(val)
+            continue
+        w = vec_array(val.vecs[d], m)
+        found = None
+        for g in terms.of_op("gather"):
+            term = terms[g]
+            if term.children != (val.t,) or term.shape[d] != n or \
+                    any(k is not None for i, k in enumerate(term.attrs) if i != d) or term.attrs[d] is None:
+                continue
+            sel = np.frombuffer(term.attrs[d], dtype=np.int64)
+            if len(w) == len(v) and np.array_equal(sel[v], w):
+                found = g
+                break
+        if found is None:
+            return None
+        vecs = list(val.vecs)
+        vecs[d] = canon_vec(v, n)
+        out.append(Val(found, tuple(vecs)))
+    return out
 
 
 def _offset_aligned(terms: TermStore, vals: list[Val], dims: list[int]):
@@ -330,7 +367,7 @@ def dot(terms: TermStore, a: Val, b: Val, lhs_batch: Sequence[int], rhs_batch: S
             a, b = truncate(terms, a, i, min(ash[i], bsh[j])), truncate(terms, b, j, min(ash[i], bsh[j]))
             ash, bsh = terms.shape(a.t), terms.shape(b.t)
         if not (ash[i] == bsh[j] and same_vec(a.vecs[i], b.vecs[j])):
-            a, b = materialize(terms, a, [i]), materialize(terms, b, [j])
+            a, b = _selection_aligned(terms, [a, b], [i, j]) or (materialize(terms, a, [i]), materialize(terms, b, [j]))
             ash, bsh = terms.shape(a.t), terms.shape(b.t)
     over = tuple(pair_set(a.vecs[i], ash[i], b.vecs[j], bsh[j]) for i, j in zip(lhs_contract, rhs_contract))
     if all(o is None for o in over):
