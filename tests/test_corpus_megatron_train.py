@@ -95,3 +95,22 @@ def test_labels_on_gloo():
                 assert max(diffs.values()) < 1e-6, diffs
             else:
                 assert diffs[wrong] > 1e-4 and max(v for n, v in diffs.items() if n != wrong) < 1e-6, diffs
+
+
+@pytest.mark.slow
+@pytest.mark.sweep
+def test_training_dump_pair_verifies_and_bug_is_a_violation(tmp_path):
+    """The generator's joint fw+bw dumps (make corpus) at TP 2 with the relations file it writes
+    (fc1's [gate_r; up_r] layout, each gradient expected as its parameter): verified, and the
+    unreduced norm gradient a partial sum never reduced, at that norm."""
+    import dump_libraries
+    dump_libraries.WORLDS = (2,)
+    rows = dump_libraries.dump_steps("megatron_gpt_train", BUG, str(tmp_path))
+    assert [r[3] for r in rows] == ["verified", "violation"]
+    ok = api.verify_dumps(*rows[0][:3], auto_relations=True)
+    assert ok.status == "verified", (ok.status, ok.reason)
+    assert {o.name: o.holds for o in ok.outputs}["loss"] == "Replicate()"
+    bad = api.verify_dumps(*rows[1][:3], auto_relations=True)
+    assert bad.status == "violation", (bad.status, bad.reason)
+    f = bad.findings[0]
+    assert f.kind == "partial-sum-never-reduced" and "_forward_pre_mlp_layernorm" in f.source, f
