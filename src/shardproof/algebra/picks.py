@@ -214,3 +214,30 @@ def _log_softmax_backward_of_a_bare_pick(terms, attrs, children, shape):
         return None
     ey = terms.make("exp", ("$", ()), (y,), shape)
     return linear(terms, {g: 1, ey: -1}, shape)
+
+
+# ---------------------------------------------------------------- a masked pick, flattened
+# PyTorch's loss_parallel picks each target's logit from the rank's vocab block on flattened
+# targets and zeroes the picks whose target is outside the block, the mask and the picks both
+# viewed as [n, 1]: the masked pick of :mod:`.lemmas` (``where(outside, 0, lookup_in)``), seen
+# through one row-major view of the targets' positions on both sides.
+
+@rewrite("where")
+def _zero_outside_range_flattened(terms, attrs, children, shape):
+    from .lemmas import OUTSIDE
+    from .patterns import match
+    if len(children) != 2 or attrs[1] != 0:
+        return None
+    mask, value = children
+    if terms[value].op != "reshape" or terms[mask].op != "reshape":
+        return None
+    inner = terms[terms[value].children[0]]
+    if inner.op != "lookup_in" or terms[inner.children[1]].op != "reshape":
+        return None
+    _, _, lo, hi = inner.attrs
+    ids = terms[inner.children[1]].children[0]
+    if math.prod(terms.shape(ids)) != math.prod(shape) or \
+            match(terms, terms[mask].children[0], OUTSIDE, {"ids": ids, "lo": lo, "hi": hi}) is None:
+        return None
+    t = terms.make("range_lookup", inner.attrs, inner.children, inner.shape)
+    return view_term(terms, "reshape", (tuple(shape),), t, tuple(shape))
