@@ -241,3 +241,42 @@ def _zero_outside_range_flattened(terms, attrs, children, shape):
         return None
     t = terms.make("range_lookup", inner.attrs, inner.children, inner.shape)
     return view_term(terms, "reshape", (tuple(shape),), t, tuple(shape))
+
+
+# ---------------------------------------------------------------- writes into a fresh constant
+# loss_parallel's backward writes ``mask - 1`` at each row's (masked) target column of a fresh
+# zeros block: a pick of a constant table is that constant, and ``m - c`` of a 0/1 mask is
+# ``-(c - m)``, the form the scatter's one-minus-mask lemma (ops/aten.py) reads.
+
+MASKS = ("or", "and", "not", "lt", "le", "gt", "ge", "eq", "ne")
+
+
+def _pick_of_constant(terms, attrs, children, shape):
+    table = terms[children[0]]
+    if table.op == "fill" and len(table.attrs) == 1:
+        return terms.make("fill", table.attrs, (), tuple(shape))
+    return None
+
+
+for _op in ("take_along", "lookup_in", "range_lookup"):
+    rewrite(_op)(_pick_of_constant)
+
+
+@rewrite("sub")
+def _mask_minus_constant(terms, attrs, children, shape):
+    if len(children) != 1 or len(attrs) != 3 or attrs[0] != "$" or attrs[2] != () \
+            or isinstance(attrs[1], (str, bool)) or terms[children[0]].op not in MASKS \
+            or terms.shape(children[0]) != tuple(shape):
+        return None
+    c_minus = terms.make("add_const", (attrs[1],), (linear(terms, {children[0]: -1}, shape),), shape)
+    return linear(terms, {c_minus: -1}, shape)
+
+
+@rewrite("reshape")
+def _reshape_of_add_const(terms, attrs, children, shape):
+    """A view of ``c + x`` is ``c + view(x)`` (elementwise with a constant: any reshape)."""
+    inner = terms[children[0]]
+    if inner.op != "add_const" or len(inner.children) != 1 or terms.shape(inner.children[0]) != inner.shape:
+        return None
+    return terms.make("add_const", inner.attrs, (view_term(terms, "reshape", attrs, inner.children[0], tuple(shape)),),
+                      tuple(shape))
