@@ -16,6 +16,7 @@ from ..algebra.terms import COMMUTATIVE, freeze
 from .common import as_float, elementwise_op, erf, identity_op, template, tensor_args
 from .pairing import fits as _fits, pairing_of as _pairing, paired_dot
 from .registry import RuleCtx, declare
+from .embedding_clamped import clamped_block
 from .sdpa_gqa_backward import gqa_backward, gqa_backward_num
 from .sdpa_reuse import earlier_selection, record
 
@@ -1351,6 +1352,12 @@ def _embedding_backward_rule(ctx: RuleCtx, g: Val, ids: Val, num_weights, paddin
             ids, g = local_ids, plain
             rows = None if (lo, hi) == (0, total) else np.arange(lo, hi, dtype=np.int64)
             size = total
+    block = clamped_block(terms, ids.t, g.t, size) if masked is None and not pad else None
+    if block is not None and all(v is None for v in ids.vecs) and all(v is None for v in g.vecs):
+        raw, plain, lo, hi = block  # clamp-and-mask local ids (ops/embedding_clamped.py)
+        total = _table_size(terms, raw, size, hi, ctx.world_size)
+        ids, g, size = Val(raw, ids.vecs), Val(plain, g.vecs), total
+        rows = None if (lo, hi) == (0, total) else np.arange(lo, hi, dtype=np.int64)
     hot = onehot(ctx, ids, size)
     out = compute.dot(terms, hot, g, (), (), tuple(range(k)), tuple(range(k)))
     return out if rows is None else Val(out.t, (rows,) + out.vecs[1:])
