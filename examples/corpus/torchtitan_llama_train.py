@@ -6,14 +6,16 @@ DTensor plan (its backward collectives), each gradient laid out as its parameter
 Checked: the loss, and every gradient.
 
     shardproof verify examples/corpus/torchtitan_llama_train.py --world-size 2   # exit 0: verified
-    BUG=wo_output_replicated shardproof verify examples/corpus/torchtitan_llama_train.py   # violation
+    BUG=ids_partial shardproof verify examples/corpus/torchtitan_llama_train.py   # violation
 
-``bug="wo_output_replicated"``: a plan mistake that does not raise. Layer 0's attention output
-projection ``wo`` (rowwise) declares its output as already summed (``out_src_shardings`` tp
-``Replicate`` instead of ``Partial``): DTensor then takes each rank's partial product for the
-whole sum and only cuts the rank's sequence shard out of it, where the plan needed a
-reduce-scatter. It runs on a real gloo group; the logits and gradients differ from the single
-device's (tests/test_corpus_torchtitan.py).
+``bug="ids_partial"``: a plan mistake that does not raise. The token embedding's plan entry
+declares its plain input (the token ids every rank holds whole) as ``Partial`` instead of
+``Replicate`` (``in_src_shardings``): DTensor takes each rank's ids for a share of a sum and
+all-reduces them before the lookup, so every rank looks up ``world * id``. torchtitan checks the
+placements of DTensor inputs and outputs against the plan, not what a plain tensor is declared
+to be; it runs on a real gloo group, and the loss and gradients differ from the single device's
+(tests/test_corpus_torchtitan_train.py). (A wrong ``out_src_shardings`` on ``wo`` is refused at
+run time: torchtitan compares it with the output's placements.)
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ import torchtitan_llama as tt  # noqa: E402
 
 from shardproof import Case, Train  # noqa: E402
 
-BUG = "wo_output_replicated"
+BUG = "ids_partial"
 
 
 def next_token_loss(logits, inputs):
@@ -60,12 +62,11 @@ def rank_model(full, world: int, bug=None):
     from torchtitan.models.common.decoder_sharding import dense_activation_placement, spmd
     original = tt.set_llama3_sharding_config
 
-    def with_wrong_wo(cfg, enable_sp):
+    def with_wrong_ids(cfg, enable_sp):
         original(cfg, enable_sp=enable_sp)
-        wo = cfg.layers[0].attention.wo.sharding_config
-        wo.out_src_shardings = dense_activation_placement(tp=spmd.R)
+        cfg.tok_embeddings.sharding_config.in_src_shardings = {"input": dense_activation_placement(tp=spmd.P)}
 
-    tt.set_llama3_sharding_config = with_wrong_wo
+    tt.set_llama3_sharding_config = with_wrong_ids
     try:
         return tt.rank_model(full, world)
     finally:
