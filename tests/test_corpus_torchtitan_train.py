@@ -86,3 +86,22 @@ def test_labels_on_gloo():
             np.testing.assert_allclose(rank_grads[n], g.numpy(), rtol=1e-4, atol=1e-5, err_msg=n)
     for rank_loss, _ in run_fn_on_gloo(_step_on_rank(BUG), 2, timeout=300):
         assert abs(rank_loss - float(loss)) > 1e-3, (rank_loss, float(loss))
+
+
+@pytest.mark.slow
+@pytest.mark.sweep
+def test_dumps_verify_and_bug_is_a_violation(tmp_path):
+    """The generator's readable dumps (make corpus) at TP 2: torchtitan's forward and its training
+    step (joint fw+bw, complex RoPE buffers included: executed as complex) verified from the
+    text alone; the plan mistake's step a violation at the all-reduced ids."""
+    import dump_libraries
+    dump_libraries.WORLDS = (2,)
+    dump_libraries.dump_case("torchtitan_llama", None, str(tmp_path))
+    root = tmp_path / "torchtitan_llama"
+    fw = api.verify_dumps(str(root / "tp1"), str(root / "tp2"), str(root / "tp2.yaml"), auto_relations=True)
+    assert fw.status == "verified", (fw.status, fw.reason)
+    rows = dump_libraries.dump_steps("torchtitan_llama_train", BUG, str(tmp_path))
+    ok = api.verify_dumps(*rows[0][:3], auto_relations=True)
+    assert ok.status == "verified", (ok.status, ok.reason)
+    bad = api.verify_dumps(*rows[1][:3], auto_relations=True)
+    assert bad.status == "violation" and bad.findings[0].op == "_c10d_functional.all_reduce", (bad.status, bad.reason)

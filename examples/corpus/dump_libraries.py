@@ -33,7 +33,7 @@ from shardproof.frontends.torch_decomp import capture_decompositions
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = {"megatron_gpt": "fc2_not_reduced", "torchtitan_llama": None}
-TRAIN_CASES = {"megatron_gpt_train": "norm_grad_not_reduced"}  # training steps: joint fw+bw graphs
+TRAIN_CASES = {"megatron_gpt_train": "norm_grad_not_reduced", "torchtitan_llama_train": "ids_partial"}  # training steps: joint fw+bw graphs
 WORLDS = (2, 4)
 
 
