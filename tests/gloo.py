@@ -405,3 +405,14 @@ def run_with_timeout(program, world: int, timeout: float = 5.0, **kwargs):
             if p.is_alive():
                 p.kill()
     return [results[r] for r in range(world)]
+
+
+def train_step_on_rank(module, bug=None):
+    """``run(rank, world)`` for :func:`run_fn_on_gloo`: the rank's ``train_step`` of case module
+    `module`'s ``make_case(world, bug)``, as (loss, {param: whole gradient as numpy})."""
+    def run(rank, world):
+        case = module.make_case(world, bug)
+        out = case.distributed(rank, world).train_step(dict(case.inputs), {}, case.train)
+        whole = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t  # noqa: E731
+        return float(whole(out["loss"])), {n: whole(g).detach().numpy() for n, g in out["grads"].items()}
+    return run

@@ -62,14 +62,6 @@ def test_megatron_training_step_tp4():
     _check_bug(api.verify_case(megatron_gpt_train.make_case(4, BUG)), 4)
 
 
-def _step_on_rank(bug):
-    def run(rank, world):
-        case = megatron_gpt_train.make_case(world, bug)
-        out = case.distributed(rank, world).train_step(dict(case.inputs), {}, case.train)
-        return float(out["loss"]), {n: g.detach().numpy() for n, g in out["grads"].items()}
-    return run
-
-
 @pytest.mark.slow
 @pytest.mark.sweep
 def test_labels_on_gloo():
@@ -77,7 +69,7 @@ def test_labels_on_gloo():
     equal for the correct step; the bug's layer-0 pre-MLP norm gradient differs on every rank."""
     import numpy as np
     import torch
-    from gloo import run_fn_on_gloo
+    from gloo import run_fn_on_gloo, train_step_on_rank
     import megatron_gpt as mg
     case = megatron_gpt_train.make_case(2)
     params = dict(case.single.named_parameters())
@@ -88,7 +80,7 @@ def test_labels_on_gloo():
     norms = [n for n in grads if n.endswith("norm.weight")]
     wrong = "model.decoder.layers.0.pre_mlp_layernorm.weight"
     for bug in (None, BUG):
-        for rank_loss, rank_grads in run_fn_on_gloo(_step_on_rank(bug), 2, timeout=300):
+        for rank_loss, rank_grads in run_fn_on_gloo(train_step_on_rank(megatron_gpt_train, bug), 2, timeout=300):
             assert abs(rank_loss - float(loss)) < 1e-5
             diffs = {n: float(np.abs(rank_grads[n] - grads[n].numpy()).max()) for n in norms}
             if bug is None:

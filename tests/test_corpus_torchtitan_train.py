@@ -15,9 +15,8 @@ pytest.importorskip("torchtitan.models.llama3", reason="the torchtitan corpus ne
 
 from shardproof import api  # noqa: E402
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "examples", "corpus")
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(__file__))
+for folder in (os.path.join(os.path.dirname(__file__), "..", "examples", "corpus"), os.path.dirname(__file__)):
+    sys.path.insert(0, folder)  # the case modules, and tests/gloo.py
 
 import torchtitan_llama_train  # noqa: E402
 
@@ -47,25 +46,15 @@ def test_torchtitan_training_step_tp2_verifies():
     _check_correct(api.verify_case(torchtitan_llama_train.make_case(2)))
 
 
-@pytest.mark.slow
-def test_ids_declared_partial_is_located():
-    _check_bug(api.verify_case(torchtitan_llama_train.make_case(2, BUG)), 2)
-
-
 @pytest.mark.sweep
 def test_torchtitan_training_step_tp4():
     _check_correct(api.verify_case(torchtitan_llama_train.make_case(4)))
     _check_bug(api.verify_case(torchtitan_llama_train.make_case(4, BUG)), 4)
 
 
-def _step_on_rank(bug):
-    def run(rank, world):
-        case = torchtitan_llama_train.make_case(world, bug)
-        out = case.distributed(rank, world).train_step(dict(case.inputs), {}, case.train)
-        grads = {n: (g.full_tensor() if hasattr(g, "full_tensor") else g) for n, g in out["grads"].items()}
-        loss = out["loss"].full_tensor() if hasattr(out["loss"], "full_tensor") else out["loss"]
-        return float(loss), {n: g.detach().numpy() for n, g in grads.items()}
-    return run
+@pytest.mark.slow
+def test_ids_declared_partial_is_located():
+    _check_bug(api.verify_case(torchtitan_llama_train.make_case(2, BUG)), 2)
 
 
 @pytest.mark.slow
@@ -75,16 +64,16 @@ def test_labels_on_gloo():
     the plan mistake runs (nothing raises) and its loss differs."""
     import numpy as np
     import torch
-    from gloo import run_fn_on_gloo
+    from gloo import run_fn_on_gloo, train_step_on_rank
     case = torchtitan_llama_train.make_case(2)
     params = dict(case.single.named_parameters())
     loss = case.train.loss(case.single(case.inputs["tokens"]), case.inputs)
     grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
-    for rank_loss, rank_grads in run_fn_on_gloo(_step_on_rank(None), 2, timeout=300):
+    for rank_loss, rank_grads in run_fn_on_gloo(train_step_on_rank(torchtitan_llama_train), 2, timeout=300):
         assert abs(rank_loss - float(loss)) < 1e-5, (rank_loss, float(loss))
         for n, g in grads.items():
             np.testing.assert_allclose(rank_grads[n], g.numpy(), rtol=1e-4, atol=1e-5, err_msg=n)
-    for rank_loss, _ in run_fn_on_gloo(_step_on_rank(BUG), 2, timeout=300):
+    for rank_loss, _ in run_fn_on_gloo(train_step_on_rank(torchtitan_llama_train, BUG), 2, timeout=300):
         assert abs(rank_loss - float(loss)) > 1e-3, (rank_loss, float(loss))
 
 

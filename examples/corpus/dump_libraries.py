@@ -15,7 +15,15 @@ does not print. A library that is not installed is skipped with a message.
 
     shardproof verify --seq build/corpus/libraries/megatron_gpt/tp1 --dist build/corpus/libraries/megatron_gpt/tp2 \
         --relations build/corpus/libraries/megatron_gpt/tp2.yaml --auto-relations
-Forward only (fw); fw+bw dumps are not written yet."""
+Training steps (``megatron_gpt_train``, ``torchtitan_llama_train``): the joint fw+bw graph as
+shardproof captures it, outputs named ``loss`` and ``grad_<param>``, with ``expect:`` in the
+relations file (each gradient laid out as its parameter: a replicated norm weight's gradient left
+a partial sum is a violation, not a recoverable output). ``<out>/index.txt`` lists every pair,
+its relations file and the verdict it must get.
+
+    shardproof verify --seq build/corpus/libraries/megatron_gpt_train/tp1 \
+        --dist build/corpus/libraries/megatron_gpt_train/tp2 \
+        --relations build/corpus/libraries/megatron_gpt_train/tp2.yaml --auto-relations   # verified"""
 from __future__ import annotations
 
 import importlib

@@ -190,8 +190,7 @@ def _row_view_pushed(op: str):
                     return None
                 parts[viewed] = parts.get(viewed, 0) + c
             return linear(terms, parts, shape)
-        if inner.children and (inner.op in terms.elementwise_ops or
-                               (inner.op in UNARY and inner.attrs == ("$", ()) and len(inner.children) == 1)):
+        if inner.op in UNARY and inner.attrs == ("$", ()) and len(inner.children) == 1:
             kids = [_view_part(terms, op, attrs, k, whole, shape, step) for k in inner.children]
             if any(k is None for k in kids) or not any(tuple(terms.shape(k)) == shape for k in kids):
                 return None
