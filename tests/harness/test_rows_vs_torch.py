@@ -80,3 +80,47 @@ def test_operands_of_different_extents(data):
              (A + "permute", lambda _: ((T("s5"), [0, 2, 1]), {})),                   # s6
              (A + "bmm", lambda _: ((T("s4"), T("s6")), {}))]                         # s7
     run_drawn_chain(data.draw, {"a": a, "w": w, "h": h, "y": y}, steps)
+
+
+def test_gqa_backward_numerics_are_torchs():
+    """ops/sdpa_gqa_backward.py's numpy form (k/v repeated per query head, gradients summed per
+    group) against torch's own backward of ``scaled_dot_product_attention(enable_gqa=True)``."""
+    import numpy as np
+    from shardproof.ops.aten import _sdpa_backward_num
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 5, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    k, v = (torch.randn(2, 2, 5, 3, dtype=torch.float64, generator=g, requires_grad=True) for _ in range(2))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    go = torch.randn(out.shape, dtype=torch.float64, generator=g)
+    want = torch.autograd.grad(out, (q, k, v), go)
+    got = _sdpa_backward_num(go.numpy(), q.detach().numpy(), k.detach().numpy(), v.detach().numpy(), None, None,
+                             0.0, True)
+    for w, x in zip(want, got):
+        np.testing.assert_allclose(x, w.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@SETTINGS
+@given(st.data())
+def test_clamped_embedding_gradient(data):
+    """A vocab block's gradient written clamp-and-mask (ops/embedding_clamped.py) against the
+    whole table's: every term both share holds torch's values."""
+    draws.MODE["rule"] = True
+    try:
+        vocab, block = 8, data.draw(st.sampled_from([4, 8]))
+        lo = data.draw(st.sampled_from([0, vocab - block]))
+        ids = torch.tensor(data.draw(st.lists(st.integers(0, vocab - 1), min_size=6, max_size=6))).reshape(2, 3)
+        grad = draws.tensor(data.draw, (2, 3, 4), dts=(draws.F64,))
+    finally:
+        draws.MODE["rule"] = False
+    steps = [(A + "ge", lambda _: ((T("ids"), lo), {})),                                   # s0
+             (A + "lt", lambda _: ((T("ids"), lo + block), {})),                           # s1
+             (A + "bitwise_and", lambda _: ((T("s0"), T("s1")), {})),                      # s2 inside
+             (A + "unsqueeze", lambda _: ((T("s2"), -1), {})),                             # s3
+             (A + "mul", lambda _: ((T("grad"), T("s3")), {})),                            # s4 g * inside
+             (A + "sub", lambda _: ((T("ids"), lo), {})),                                  # s5
+             (A + "clamp", lambda _: ((T("s5"), 0, block - 1), {})),                       # s6
+             (A + "embedding_dense_backward", lambda _: ((T("s4"), T("s6"), block, -1, False), {})),  # s7
+             (A + "embedding_dense_backward", lambda _: ((T("grad"), T("ids"), vocab, -1, False), {})),  # s8
+             (A + "slice", lambda _: ((T("s8"), 0, lo, lo + block), {})),                  # s9
+             (A + "sub", lambda _: ((T("s7"), T("s9")), {}))]                              # s10
+    run_drawn_chain(data.draw, {"ids": ids, "grad": grad}, steps)

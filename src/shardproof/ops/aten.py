@@ -1356,8 +1356,9 @@ def _embedding_backward_rule(ctx: RuleCtx, g: Val, ids: Val, num_weights, paddin
     if block is not None and all(v is None for v in ids.vecs) and all(v is None for v in g.vecs):
         raw, plain, lo, hi = block  # clamp-and-mask local ids (ops/embedding_clamped.py)
         total = _table_size(terms, raw, size, hi, ctx.world_size)
-        ids, g, size = Val(raw, ids.vecs), Val(plain, g.vecs), total
-        rows = None if (lo, hi) == (0, total) else np.arange(lo, hi, dtype=np.int64)
+        if hi <= total:
+            ids, g, size = Val(raw, ids.vecs), Val(plain, g.vecs), total
+            rows = None if (lo, hi) == (0, total) else np.arange(lo, hi, dtype=np.int64)
     hot = onehot(ctx, ids, size)
     out = compute.dot(terms, hot, g, (), (), tuple(range(k)), tuple(range(k)))
     return out if rows is None else Val(out.t, (rows,) + out.vecs[1:])
