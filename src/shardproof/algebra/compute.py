@@ -57,9 +57,9 @@ def _aligned(terms: TermStore, vals: list[Val], full_dims: Sequence[int] = ()) -
                 terms.shape(vals[i].t)[dim_of(vals[i])] == terms.shape(ref.t)[ref_d]
                 and same_vec(vals[i].vecs[dim_of(vals[i])], ref.vecs[ref_d]) for i in carriers)
             if not agree:
-                shifted = _prefix_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers]) \
-                    or _offset_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers]) \
-                    or _selection_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers])
+                shifted = _selection_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers]) \
+                    or _prefix_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers]) \
+                    or _offset_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers])
                 for n, i in enumerate(carriers):
                     vals[i] = shifted[n] if shifted else materialize(terms, vals[i], [dim_of(vals[i])])
                 ref = vals[carriers[0]]
