@@ -425,3 +425,14 @@ def tp_gradients_agree(path: str, world_size: int, tp: int, cp: int = 1, timeout
         return False
     return all(torch.allclose(got[n].double(), local_piece(g.detach(), got[n], rank // cp % tp).double(), rtol=1e-5,
                               atol=1e-6) for rank, got in enumerate(ranks) for n, g in single.items())
+
+
+def train_step_on_rank(module, bug=None):
+    """``run(rank, world)`` for :func:`run_fn_on_gloo`: the rank's ``train_step`` of case module
+    `module`'s ``make_case(world, bug)``, as (loss, {param: whole gradient as numpy})."""
+    def run(rank, world):
+        case = module.make_case(world, bug)
+        out = case.distributed(rank, world).train_step(dict(case.inputs), {}, case.train)
+        whole = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t  # noqa: E731
+        return float(whole(out["loss"])), {n: whole(g).detach().numpy() for n, g in out["grads"].items()}
+    return run

@@ -57,7 +57,8 @@ def _aligned(terms: TermStore, vals: list[Val], full_dims: Sequence[int] = ()) -
                 terms.shape(vals[i].t)[dim_of(vals[i])] == terms.shape(ref.t)[ref_d]
                 and same_vec(vals[i].vecs[dim_of(vals[i])], ref.vecs[ref_d]) for i in carriers)
             if not agree:
-                shifted = _prefix_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers]) \
+                shifted = _selection_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers]) \
+                    or _prefix_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers]) \
                     or _offset_aligned(terms, [vals[i] for i in carriers], [dim_of(vals[i]) for i in carriers])
                 for n, i in enumerate(carriers):
                     vals[i] = shifted[n] if shifted else materialize(terms, vals[i], [dim_of(vals[i])])
@@ -86,28 +87,66 @@ def _prefix_aligned(terms: TermStore, vals: list[Val], dims: list[int]):
     return [truncate(terms, v, d, low) for v, d in zip(vals, dims)]
 
 
+def _selection_aligned(terms: TermStore, vals: list[Val], dims: list[int]):
+    """Operands holding positions ``w`` of a longer dim and ``v`` of a shorter one where a
+    selection ``S`` of the longer dim that the programs already built (a gather term of it,
+    e.g. the single device's grouped-query heads picked out of an expanded tensor) has
+    ``S[v] = w``: ``A[w] = gather(A, S)[v]``, so every operand holds ``v`` of dims of one
+    extent; None if not so."""
+    sizes = [terms.shape(v.t)[d] for v, d in zip(vals, dims)]
+    n = min(sizes)
+    refs = [vec_array(v.vecs[d], n) for v, d, m in zip(vals, dims, sizes) if m == n]
+    if len(set(sizes)) < 2 or any(len(r) != len(refs[0]) or not np.array_equal(r, refs[0]) for r in refs):
+        return None
+    v = refs[0]
+    out = []
+    for val, d, m in zip(vals, dims, sizes):
+        if m == n:
+            out.append(val)
+            continue
+        w = vec_array(val.vecs[d], m)
+        found = None
+        for g in terms.of_op("gather"):
+            term = terms[g]
+            if term.children != (val.t,) or term.shape[d] != n or \
+                    any(k is not None for i, k in enumerate(term.attrs) if i != d) or term.attrs[d] is None:
+                continue
+            sel = np.frombuffer(term.attrs[d], dtype=np.int64)
+            if len(w) == len(v) and np.array_equal(sel[v], w):
+                found = g
+                break
+        if found is None:
+            return None
+        vecs = list(val.vecs)
+        vecs[d] = canon_vec(v, n)
+        out.append(Val(found, tuple(vecs)))
+    return out
+
+
 def _offset_aligned(terms: TermStore, vals: list[Val], dims: list[int]):
     """Operands holding the same number of positions of equally long dims, each at a
     constant offset from the others (the two halves of a fused gate_up projection):
     ``f(A[v], B[v + c]) = f(A[0:L], B[c:c+L])[v]``. Each operand becomes a window of
     its term starting at its offset above the smallest one, all of length L (the
-    longest every window allows), selected by one common vector; None if not so."""
-    sizes = {terms.shape(v.t)[d] for v, d in zip(vals, dims)}
-    if len(sizes) != 1:
-        return None
-    size = sizes.pop()
-    vecs = [vec_array(v.vecs[d], size) for v, d in zip(vals, dims)]
+    longest every window allows), selected by one common vector; None if not so. Dims of
+    different extents (a fused projection's half against the unfused gradient) too: L is
+    the longest window every operand holds, and an operand whose window is all of it stays."""
+    sizes = [terms.shape(v.t)[d] for v, d in zip(vals, dims)]
+    vecs = [vec_array(v.vecs[d], size) for v, d, size in zip(vals, dims, sizes)]
     if any(len(v) != len(vecs[0]) or not len(v) for v in vecs):
         return None
     offs = [int(v[0] - vecs[0][0]) for v in vecs]
     if any(not np.array_equal(v - vecs[0], np.full(len(v), o)) for v, o in zip(vecs, offs)) or len(set(offs)) < 2:
         return None
     low = min(offs)
-    length = size - (max(offs) - low)
+    length = min(size - (o - low) for size, o in zip(sizes, offs))
     out = []
     for val, d, vec, o in zip(vals, dims, vecs, offs):
         start = o - low
         ts = list(terms.shape(val.t))
+        if start == 0 and length == ts[d]:
+            out.append(val)
+            continue
         sel = [None] * len(ts)
         sel[d] = np.arange(start, start + length, dtype=np.int64)
         ts[d] = length
@@ -328,7 +367,7 @@ def dot(terms: TermStore, a: Val, b: Val, lhs_batch: Sequence[int], rhs_batch: S
             a, b = truncate(terms, a, i, min(ash[i], bsh[j])), truncate(terms, b, j, min(ash[i], bsh[j]))
             ash, bsh = terms.shape(a.t), terms.shape(b.t)
         if not (ash[i] == bsh[j] and same_vec(a.vecs[i], b.vecs[j])):
-            a, b = materialize(terms, a, [i]), materialize(terms, b, [j])
+            a, b = _selection_aligned(terms, [a, b], [i, j]) or (materialize(terms, a, [i]), materialize(terms, b, [j]))
             ash, bsh = terms.shape(a.t), terms.shape(b.t)
     over = tuple(pair_set(a.vecs[i], ash[i], b.vecs[j], bsh[j]) for i, j in zip(lhs_contract, rhs_contract))
     if all(o is None for o in over):

@@ -291,18 +291,42 @@ def as_dtensor(local: torch.Tensor, spec: tuple):
     return DTensor.from_local(local, mesh, placements, run_check=False, shape=shape, stride=stride)
 
 
+def user_attributes(program: Any) -> dict[str, dict]:
+    """{state name: the Python attributes a library set on that parameter or buffer} (megatron's
+    ``sequence_parallel``, ``tensor_model_parallel``...): the program may read them while it
+    runs, so the graph input swapped in for the state must carry them too."""
+    if not isinstance(program, torch.nn.Module):
+        return {}
+    out = {}
+    for name, t in list(program.named_parameters()) + list(program.named_buffers()):
+        attrs = {k: v for k, v in vars(t).items() if not k.startswith("_")}
+        if attrs:
+            out[name] = attrs
+    return out
+
+
+def carrying(value: Any, attributes: dict | None) -> Any:
+    """`value` with the `attributes` of the state it stands for (those it lacks)."""
+    for k, v in (attributes or {}).items():
+        if not hasattr(value, k):
+            setattr(value, k, v)
+    return value
+
+
 def _call(program: Any, names: list[str], data_names: set[str]) -> Callable:
     """A function of flat tensors that runs `program` with its state swapped in."""
     is_module = isinstance(program, torch.nn.Module)
     specs = dtensor_specs(program)
     complex_state = _complex_state(program)
+    attributes = user_attributes(program)
 
     def run(*flat):
         values = {k: torch.view_as_complex(v) if k in complex_state else v for k, v in zip(names, flat)}
         data = {k: v for k, v in values.items() if k in data_names}
         if not is_module:
             return program(**data)
-        state = {k: as_dtensor(v, specs[k]) if k in specs else v for k, v in values.items() if k not in data_names}
+        state = {k: carrying(as_dtensor(v, specs[k]) if k in specs else v, attributes.get(k))
+                 for k, v in values.items() if k not in data_names}
         return torch.func.functional_call(program, state, (), data, strict=False, tie_weights=False)
     return run
 

@@ -24,6 +24,7 @@ def capture_decompositions() -> dict:
     for op, fn in _core_aten():
         if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten" and f"aten.{op._opname}" not in REGISTRY:
             table[op] = fn
-    from ..ops.complex_ops import complex_mul
+    from ..ops.complex_ops import complex_conj, complex_mul
     table[torch.ops.aten.mul.Tensor] = complex_mul  # complex operands only (NotImplemented otherwise)
+    table[torch.ops.aten._conj.default] = complex_conj
     return table

@@ -392,7 +392,9 @@ def step_events(program: Any, data: dict, train, rank: int) -> RankEvents:
     from torch.nn.utils.stateless import _reparametrize_module
     from .torch_run import _step
     try:
-        copies = {n: t.detach().clone().requires_grad_(t.requires_grad)
+        from .torch_capture import carrying, user_attributes
+        attributes = user_attributes(program)
+        copies = {n: carrying(t.detach().clone().requires_grad_(t.requires_grad), attributes.get(n))
                   for n, t in list(program.named_parameters()) + list(program.named_buffers())}
         with _reparametrize_module(program, copies):
             return record_events(lambda: _step(program, data, train, lambda m, *a: m.train_step(*a)), rank,

@@ -308,8 +308,7 @@ def _held_bytes(ty) -> int:
     if not isinstance(ty, TensorType):
         return 0
     held = HELD.get(ty.dtype, torch.float64)
-    return ty.numel * (torch.finfo(held).bits if held.is_floating_point else
-                       (8 if held is torch.bool else torch.iinfo(held).bits)) // 8
+    return ty.numel * held.itemsize
 
 
 def _graph_peak(graph: Graph) -> tuple[int, str, int]:

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 HELD = {"f64": torch.float64, "f32": torch.float64, "f16": torch.float64, "bf16": torch.float64,
         "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8,
         "u16": torch.int32, "u32": torch.int64, "s64": torch.int64, "s32": torch.int32, "s16": torch.int16,
-        "s8": torch.int8, "b8": torch.bool, "pred": torch.bool, "bool": torch.bool}
+        "s8": torch.int8, "b8": torch.bool, "pred": torch.bool, "bool": torch.bool,
+        "c64": torch.complex128, "c128": torch.complex128}  # complex held wide as floats are
 LOW_PRECISION = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 

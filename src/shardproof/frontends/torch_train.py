@@ -25,8 +25,8 @@ from ..case import SGD, AdamW, Train
 from ..ir.graph import Graph
 from .torch_placements import placement_specs, stated_relations
 from .torch_collectives import ASYNC_ISSUED
-from .torch_capture import (CaptureError, as_dtensor, dtensor_specs, fake_world, from_fx, functional_collectives,
-                            innermost_user_frame, local_tensor, storage_layouts, trace_failure, user_stack_traces)
+from .torch_capture import (CaptureError, as_dtensor, carrying, dtensor_specs, fake_world, from_fx, functional_collectives,
+                            user_attributes, innermost_user_frame, local_tensor, storage_layouts, trace_failure, user_stack_traces)
 from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
 from .torch_libraries import library_tracing
 from .torch_decomp import capture_decompositions
@@ -210,11 +210,12 @@ def step_function(program: torch.nn.Module, data: dict, train: Train, step: Call
     if fsdp:
         lazy_init(program)
     specs = {n: spec for n, spec in dtensor_specs(program).items() if n not in fsdp}
+    attributes = user_attributes(program)
     output_names: list[str] = []
     stated: dict = {}
 
     def as_program_sees(value, param):
-        return as_dtensor(value, specs[param]) if param in specs else value
+        return carrying(as_dtensor(value, specs[param]) if param in specs else value, attributes.get(param))
 
     def flat_fn(*flat):
         values = dict(zip(names, flat))

@@ -13,6 +13,7 @@ from ..algebra.terms import freeze
 from .common import as_float
 from .pairing import fits as _fits, pairing_of as _pairing
 from .registry import RuleCtx, declare
+from .sdpa_gqa_backward import gqa_backward, gqa_backward_num
 from .sdpa_reuse import earlier_selection, record
 
 T = "aten."
@@ -149,6 +150,9 @@ declare((T + "_scaled_dot_product_flash_attention_for_cpu", T + "_scaled_dot_pro
         numerics=_sdpa_num, rule=_sdpa_rule, doc="scaled dot-product attention (out, logsumexp)")
 def _sdpa_backward_num(g, q, k, v, out, lse, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
     g, q, k, v = as_float(g), as_float(q), as_float(k), as_float(v)
+    grouped = gqa_backward_num(_sdpa_backward_num, g, q, k, v, out, lse, dropout_p, is_causal, attn_mask, scale, **kw)
+    if grouped is not None:  # grouped-query heads (ops/sdpa_gqa_backward.py)
+        return grouped
     scores, s = _sdpa_scores(q, k, is_causal, attn_mask, scale)
     e = np.exp(scores - scores.max(-1, keepdims=True))
     p = e / e.sum(-1, keepdims=True)
@@ -193,6 +197,10 @@ def _sdpa_backward_rule(ctx: RuleCtx, g: Val, q: Val, k: Val, v: Val, out: Val, 
     An explicit mask is one more child, held as the forward holds it (:func:`_mask_child`)."""
     if attn_mask is not None and not isinstance(attn_mask, Val):
         raise ValueError("attention backward with a constant mask has no rule")
+    grouped = gqa_backward(_sdpa_backward_rule, _gqa_heads, ctx, g, q, k, v, out, lse, dropout_p, is_causal,
+                           attn_mask, scale, **kw)
+    if grouped is not None:  # grouped-query heads (ops/sdpa_gqa_backward.py)
+        return grouped
     terms = ctx.terms
     nd = len(q.vecs)
     rows = [nd - 2] if is_causal else []
@@ -205,6 +213,9 @@ def _sdpa_backward_rule(ctx: RuleCtx, g: Val, q: Val, k: Val, v: Val, out: Val, 
     repeated = [any(len(np.unique(p)) != len(p) for p in (layout.vec_array(x.vecs[d], terms.shape(x.t)[d])
                                                        for d in range(nd - 2))) for x in (k, v)]
     for d in range(nd - 2):
+        reused = earlier_selection(terms, [q, k, v], d)  # the forward's selection of fused heads
+        if reused is not None and _pairings(terms, reused, d) is not None:
+            q, k, v = reused
         pairings = _pairings(terms, [q, k, v], d)
         if pairings is None or not all(_whole_groups(*f) for f, rep in zip(pairings, repeated) if not rep):
             raise ValueError("the ranks' q and k/v heads are not paired by a rule (or a k/v head's q heads are split)")

@@ -10,6 +10,7 @@ from .registry import RuleCtx, declare
 from .aten import _div_rule, _mul_rule, _scaled
 from .aten_index import _is_outside, _masked_ids, onehot
 from .aten_rows import _sum_rule
+from .embedding_clamped import clamped_block
 
 T = "aten."
 
@@ -232,6 +233,13 @@ def _embedding_backward_rule(ctx: RuleCtx, g: Val, ids: Val, num_weights, paddin
             ids, g = local_ids, plain
             rows = None if (lo, hi) == (0, total) else np.arange(lo, hi, dtype=np.int64)
             size = total
+    block = clamped_block(terms, ids.t, g.t, size) if masked is None and not pad else None
+    if block is not None and all(v is None for v in ids.vecs) and all(v is None for v in g.vecs):
+        raw, plain, lo, hi = block  # clamp-and-mask local ids (ops/embedding_clamped.py)
+        total = _table_size(terms, raw, size, hi, ctx.world_size)
+        if hi <= total:
+            ids, g, size = Val(raw, ids.vecs), Val(plain, g.vecs), total
+            rows = None if (lo, hi) == (0, total) else np.arange(lo, hi, dtype=np.int64)
     hot = onehot(ctx, ids, size)
     out = compute.dot(terms, hot, g, (), (), tuple(range(k)), tuple(range(k)))
     return out if rows is None else Val(out.t, (rows,) + out.vecs[1:])

@@ -195,6 +195,20 @@ def _creation(value_of):
     return rule
 
 
+def _creation_like(value_of):
+    """``zeros_like(x)`` and kin: the constant laid out as x is (a fill of x's term, at x's
+    positions: exact, every element is the constant), so a scatter into it keeps x's columns."""
+    plain = _creation(value_of)
+
+    def rule(ctx: RuleCtx, x=None, *args, **kwargs):
+        if not isinstance(x, Val) or tuple(shape_of(ctx.terms, x)) != tuple(ctx.out_shapes()[0]) \
+                or (args and isinstance(args[0], (list, tuple))):
+            return plain(ctx, x, *args, **kwargs)
+        value = _in_dtype(value_of((x,) + args, kwargs), getattr(ctx.node.type, "dtype", None))
+        return Val(ctx.terms.make("fill", (freeze(value),), (), ctx.terms.shape(x.t)), x.vecs)
+    return rule
+
+
 def _np_dtype_name(x) -> str:
     kind = np.asarray(x).dtype.kind
     return {"i": "i64", "u": "u8", "b": "b8"}.get(kind, "f64")
@@ -205,7 +219,7 @@ declare((T + "full",), numerics=lambda size, v, **k: np.full(size, _in_dtype(v, 
 declare((T + "zeros",), numerics=lambda size, **k: np.zeros(size), rule=_creation(lambda a, k: 0), doc="zeros")
 declare((T + "ones",), numerics=lambda size, **k: np.ones(size), rule=_creation(lambda a, k: 1), doc="ones")
 declare((T + "zeros_like", T + "new_zeros"), numerics=lambda x, *a, **k: np.zeros(np.shape(x) if not a or not isinstance(a[0], (list, tuple)) else a[0]),
-        rule=_creation(lambda a, k: 0), doc="zeros")
+        rule=_creation_like(lambda a, k: 0), doc="zeros")
 declare((T + "ones_like", T + "new_ones"), numerics=lambda x, *a, **k: np.ones(np.shape(x) if not a or not isinstance(a[0], (list, tuple)) else a[0]),
         rule=_creation(lambda a, k: 1), doc="ones")
 declare((T + "full_like",), numerics=lambda x, v, **k: np.full(np.shape(x), _in_dtype(v, k.get("dtype") or _np_dtype_name(x)),

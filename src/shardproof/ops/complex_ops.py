@@ -55,6 +55,16 @@ def complex_mul(a, b):
     return torch.view_as_complex(torch.stack([ar * br - ai * bi, ar * bi + ai * br], dim=-1))
 
 
+def complex_conj(z):
+    """A decomposition of ``aten._conj`` (the conjugate the backward of a complex product takes):
+    (zr, -zi) on the pairs; ``NotImplemented`` for a real operand."""
+    import torch
+    if not (isinstance(z, torch.Tensor) and z.is_complex()):
+        return NotImplemented
+    zr, zi = _parts(z)
+    return torch.view_as_complex(torch.stack([zr, -zi], dim=-1))
+
+
 def _parts(v):
     import torch
     if isinstance(v, torch.Tensor) and v.is_complex():
