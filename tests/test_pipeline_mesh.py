@@ -78,10 +78,10 @@ def test_llama_dp2_pp2_tp2_1f1b_verified(mesh3d):
 @pytest.mark.sweep
 def test_llama_4d_dp_pp_tp_cp_unknown_not_verified():
     """The 4-D mesh (16 ranks): Ulysses all_to_all over cp on every rank, gradients, loss and
-    token count summed over cp, then dp. Correct on gloo (below) but a known gap of the view rule
-    (pipeline_llama_4d.KNOWN_GAP): unknown, naming the view, never verified."""
+    token count summed over cp, then dp. Correct on gloo (below) but a known gap
+    (pipeline_llama_4d.KNOWN_GAP): unknown, naming the pipeline receive, never verified."""
     prepared, report = _verified("pipeline_llama_4d", 16)
-    assert report.status == "unknown" and "view" in report.reason, report.reason
+    assert report.status == "unknown" and "shardproof_p2p.recv" in report.reason, report.reason
     _check_groups(prepared, report, pp=2, dp=2, tp=2, cp=2, microbatches=2)
 
 

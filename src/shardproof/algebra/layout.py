@@ -263,6 +263,8 @@ def select(terms: TermStore, val: Val, dim: int, index: int) -> Val:
     ts = terms.shape(val.t)
     pos = int(vec_array(val.vecs[dim], ts[dim])[index])
     shape = ts[:dim] + ts[dim + 1:]
+    if ts[dim] == 1:  # the one element of a size-1 dim: that dim dropped (reshapes collapse)
+        return Val(view_term(terms, "reshape", (tuple(shape),), val.t, shape), val.vecs[:dim] + val.vecs[dim + 1:])
     t = terms.make("select", (dim, pos), (val.t,), shape)
     return Val(t, val.vecs[:dim] + val.vecs[dim + 1:])
 
@@ -387,22 +389,35 @@ def reshape(terms: TermStore, val: Val, new_shape: Sequence[int]) -> Val:
     if built[0] is None:
         return reshape(terms, materialize(terms, val), new_shape)
     built = [b for b in built if b is not None]
-    # prefer a split whose term the other program already built; else the plainest
-    for shape, vecs in (b for options in built for b in options):
-        if shape == ts or _reshape_built(terms, val.t, shape):
-            return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
+    # prefer a split whose term the single-device program built, then one any program built;
+    # else the plainest
+    cands = [b for options in built for b in options]
+    for reference in (True, False):
+        for shape, vecs in cands:
+            found = shape == ts or _reshape_built(terms, val.t, shape, reference)
+            if found:
+                return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
     shape, vecs = min((b for options in built for b in options), key=_selection_cost)  # the plainest selection
     return Val(view_term(terms, "reshape", (shape,), val.t, shape), vecs)
 
 
-def _reshape_built(terms: TermStore, t: int, shape: tuple) -> bool:
+def _reshape_built(terms: TermStore, t: int, shape: tuple, reference: bool = False) -> bool:
     """Whether the term ``view_term`` would build for reshaping `t` to `shape` exists
-    already, found as ``view_term`` normalizes it (through an exact scale, a view chain)."""
+    already (with `reference`: among the single-device program's values), found as
+    ``view_term`` normalizes it (through an exact scale, a view chain), or as the completion
+    of a partial product is viewed (a row-parallel rank's partial sum, all-reduced later)."""
     inner = terms[t]
     if inner.op == "lin" and len(inner.children) == 1 and terms.shape(inner.children[0]) == inner.shape:
-        return _reshape_built(terms, inner.children[0], shape)
+        return _reshape_built(terms, inner.children[0], shape, reference)
+    if inner.op == "dot" and inner.attrs[1] is not None:
+        whole = terms.lookup("dot", (inner.attrs[0], None), inner.children)
+        if whole is not None and _reshape_built(terms, whole, shape, reference):
+            return True
     base = inner.children[0] if inner.op == "reshape" else t
-    return tuple(shape) == terms.shape(base) or terms.lookup("reshape", (tuple(shape),), (base,)) is not None
+    if tuple(shape) == terms.shape(base):
+        return not reference or base in terms.reference
+    found = terms.lookup("reshape", (tuple(shape),), (base,))
+    return found is not None and (not reference or found in terms.reference)
 
 
 def _reshape_options(terms: TermStore, val: Val, grouping, new_shape) -> list | None:

@@ -47,3 +47,30 @@ def _view_of_sum(op: str):
 
 rewrite("reshape")(_view_of_sum("reshape"))
 rewrite("permute")(_view_of_sum("permute"))
+
+
+@rewrite("reshape")
+def _unfolded_product(terms: TermStore, attrs, children, shape):
+    """``view(mm(view(A, [prod(lead), K]), W), lead + rest) = dot(A, W)`` contracting A's last
+    dim: torch's matmul folds a contiguous ``[*lead, K]`` lhs into rows, but multiplies a
+    non-contiguous one (a sequence shard) as a batched product with W broadcast, which is the
+    contraction of A's last dim (:func:`shardproof.algebra.compute.dot`). Row-major flattening
+    and the same unflattening make them one product, element by element: exact."""
+    inner = terms[children[0]]
+    if inner.op != "dot":
+        return None
+    spec, over = inner.attrs
+    if len(spec) != 4 or spec[0] or spec[1] or spec[2] != (1,) or over is not None:
+        return None
+    lhs, rhs = inner.children
+    flat = terms[lhs]
+    if flat.op != "reshape" or len(flat.shape) != 2:
+        return None
+    a = flat.children[0]
+    ashape = terms.shape(a)
+    if len(ashape) < 2 or ashape[-1] != flat.shape[1]:
+        return None
+    rest = tuple(inner.shape[1:])
+    if tuple(shape) != tuple(ashape[:-1]) + rest:
+        return None
+    return terms.make("dot", (((), (), (len(ashape) - 1,), tuple(spec[3])), None), (a, rhs), tuple(shape))

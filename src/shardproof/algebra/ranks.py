@@ -72,6 +72,8 @@ def complete_partials(terms: TermStore, ts: list[int], kind: str) -> int | None:
         return None
     src = terms.shape(first.children[0])
     varying = [k for k in range(len(dims)) if len({o[k] for o in overs}) > 1]
+    if len(varying) > 1:
+        return _complete_by_dims(terms, ts, overs, varying, kind)
     if len(varying) != 1:
         return None
     k = varying[0]
@@ -81,6 +83,28 @@ def complete_partials(terms: TermStore, ts: list[int], kind: str) -> int | None:
     rest = tuple(union if i == k else o for i, o in enumerate(overs[0]))
     rest = None if all(o is None for o in rest) else rest
     return terms.make(first.op, (dims, keepdim, rest, *extra), first.children, first.shape)
+
+
+def _complete_by_dims(terms: TermStore, ts: list[int], overs: list, varying: list[int], kind: str) -> int | None:
+    """Pieces over blocks of a grid (several reduced dims split: a batch row and a sequence
+    shard per rank): pieces that hold the same positions on every dim but one complete along
+    that dim first (a union over one dim, disjoint for sums, exactly as for a single split dim);
+    the results, which then differ on fewer dims, complete in turn. A product of position sets
+    summed over a disjoint cover of each factor is the sum over the product: exact."""
+    for k in varying:
+        groups: dict[tuple, list[int]] = {}
+        for t, o in zip(ts, overs):
+            groups.setdefault(tuple(x for m, x in enumerate(o) if m != k), []).append(t)
+        if len(groups) == len(ts):
+            continue  # no two pieces differ on k alone
+        merged = []
+        for members in groups.values():
+            whole = members[0] if len(members) == 1 else complete_partials(terms, members, kind)
+            if whole is None:
+                return None
+            merged.append(whole)
+        return merged[0] if len(merged) == 1 else complete_partials(terms, merged, kind)
+    return None
 
 
 def _sum_of_multiples(terms: TermStore, ts: list[int]) -> int | None:

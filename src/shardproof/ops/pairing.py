@@ -71,6 +71,9 @@ def paired_dot(terms: TermStore, a: Val, b: Val, lhs_batch, rhs_batch, lhs_contr
         if asize == bsize and np.array_equal(apos, bpos):
             found.append(None)
             continue
+        if (asize == 1) != (bsize == 1):  # one operand's term has no such dim (expanded from size 1): a
+            found.append(None)            # broadcast, which compute.dot contracts as such, however it was built
+            continue
         pairing = pairing_of(apos, bpos, asize, bsize)
         if pairing is None:
             a, b = layout.materialize(terms, a, [i]), layout.materialize(terms, b, [j])

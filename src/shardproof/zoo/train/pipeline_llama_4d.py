@@ -7,11 +7,14 @@ dp; 2 microbatches under 1F1B; small shapes (8 heads
 of dimension 2, one sequence of 4 tokens per microbatch).
 
 Correct on a real gloo group (tests/test_pipeline_mesh.py), but **not proved yet** (unknown, a
-known gap): the first linear after the sequence split views its (batch * sequence shard, hidden)
-output back to (batch, sequence shard, hidden), and the view rule does not split a flat dimension
-whose held rows are a slice of its inner factor (the same view over a batch shard, dp x pp x tp,
-is proved). Grouped-query attention under Ulysses (KV heads repeated after the all_to_all) stops
-earlier, at attention's backward (the q / k-v head pairing of the head shards), hence 8 KV heads.
+known gap). The forward's forms are proved now: a sequence shard through a linear (the rows of
+a (batch * sequence) product viewed back as the single device views them, a partial product
+viewed as its completion is) and sums over a grid of (batch row, sequence half) blocks
+(tests/test_grid_and_fold.py). The relations stop at the first pipeline receive of an
+activation gradient (stage 1 -> stage 0: the flattened gradient that stage 1 sends is not
+related yet). Grouped-query attention under Ulysses (KV heads repeated after the all_to_all)
+stops earlier, at attention's backward (the q / k-v head pairing of the head shards), hence
+8 KV heads.
 
     shardproof verify src/shardproof/zoo/train/pipeline_llama_4d.py --world-size 16
 """
@@ -19,8 +22,8 @@ from mini_mesh import MeshUlyssesTraining
 from pipeline_llama_3d import case as mesh_case
 
 WORLD_SIZES = (16,)
-KNOWN_GAP = ("aten._unsafe_view: a linear's output (batch * sequence-shard rows) viewed back to (batch, "
-             "sequence shard) has no rule when the held rows are a slice of the inner (sequence) factor")
+KNOWN_GAP = ("shardproof_p2p.recv: the activation gradient stage 1 sends back (flattened) is not related to the "
+             "single device's")
 
 
 def case(world_size: int = 16, **kw):
