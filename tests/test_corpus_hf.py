@@ -30,7 +30,7 @@ FOUND = {"llama": ("reduced-twice", "_c10d_functional.all_reduce"),
          "qwen2": ("replicated-counted-per-rank", "aten.add"),
          "mistral": ("reduced-twice", "_c10d_functional.all_reduce"),
          "gemma2": ("partial-sum-never-reduced", "aten.pow"),
-         "phi3": ("wrong-shard-offset", "aten.mul"),
+         "phi3": ("wrong-shard-offset", "aten.silu"),  # the activation of up rows taken for gate rows
          "qwen3": ("replicated-counted-per-rank", "aten.add"),
          "gemma3": ("partial-sum-never-reduced", "aten.pow"),
          "gpt_neox": ("reduced-twice", "_c10d_functional.all_reduce")}

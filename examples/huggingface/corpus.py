@@ -72,7 +72,9 @@ ARCHS = {
                  {"model.layers.*.mlp.gate_up_proj": "colwise", "model.layers.*.mlp.down_proj": "rowwise"},
                  "the fused gate_up weight sharded as a plain colwise one: a rank's rows are gate rows only "
                  "(or up rows only), so chunk(2) pairs gate with gate",
-                 hint="section/shard of the \\(fused\\) tensor", bug_line="up_states * self.activation_fn(gate)"),
+                 hint="section/shard of the \\(fused\\) tensor",
+                 bug_line="silu(input)"),  # the first divergent op: the activation (transformers' ACT2FN) of the
+                                           # rows a rank takes for gate rows
     "qwen3": Arch("Qwen3Config", _GQA, {"model.layers.*.mlp.down_proj": PARTIAL_ROWWISE},
                   "down_proj's partial sums never all-reduced (a rowwise style whose output stays Partial)",
                   hint="adds a term every rank holds whole to a partial sum",
