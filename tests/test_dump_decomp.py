@@ -4,7 +4,6 @@
 is a violation at the right node, and an op with no rule and no decomposition still gives
 unknown naming it. Every label is a fact about torch (the same math run with torch)."""
 import json
-import os
 
 import pytest
 import torch
@@ -13,11 +12,7 @@ import torch.nn.functional as F
 from shardproof.cli import main
 from shardproof.frontends.dump_decomp import decompose_unruled
 from shardproof.frontends.fx_text import parse_graph
-
-
-def dump(params: str, body: str) -> str:
-    lines = "".join(f"        {ln}\n" for ln in body.strip("\n").splitlines())
-    return f"class GraphModule(torch.nn.Module):\n    def forward(self, {params}):\n{lines}"
+from test_dump_cli import dump, write
 
 
 # the activation written as the dump's ATen op(s); `{h}` is its input, `a` its output
@@ -46,14 +41,6 @@ mm2: "f32[{rows}, 4]" = torch.ops.aten.mm.default(a, w2)
 
 
 RELATIONS = "inputs:\n  x: Replicate()\n  w1: Shard(1)\n  w2: Shard(0)\nexpect:\n  mm2: {of: mm2, relation: Replicate()}\n"
-
-
-def write(folder, files: dict) -> str:
-    os.makedirs(folder, exist_ok=True)
-    for name, text in files.items():
-        with open(os.path.join(folder, name), "w") as f:
-            f.write(text)
-    return str(folder)
 
 
 def run(tmp_path, act: str, reduce: bool, capsys):

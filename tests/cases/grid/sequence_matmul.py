@@ -12,7 +12,11 @@ from torch import nn
 from shardproof import Case
 
 B, S, H, O = 2, 8, 4, 3
-BUG = os.environ.get("BUG") == "1"
+
+
+def bug() -> bool:
+    """BUG=1 in the environment selects the buggy twin (read at run time: gloo ranks inherit it)."""
+    return os.environ.get("BUG") == "1"
 
 
 class Single(nn.Module):
@@ -32,7 +36,7 @@ class SequenceParallel(nn.Module):
 
     def forward(self, x):
         s = S // self.world
-        r = (self.rank + 1) % self.world if BUG else self.rank
+        r = (self.rank + 1) % self.world if bug() else self.rank
         y = x[:, r * s:(r + 1) * s] @ self.w
         parts = [torch.empty_like(y) for _ in range(self.world)]
         dist.all_gather(parts, y.contiguous())
