@@ -1,11 +1,11 @@
 """A loss summed over a grid of blocks: 4 ranks, rank (b, c) holds batch row b and sequence
 half c of x (a dp x cp layout), computes y = x_block @ w (viewed through rows and back, as a
 linear does) and the sum of y^2 over its block; one all_reduce over all 4 ranks gives the
-whole sum. BUG=1: rank 3 takes batch row 0 (block (0, 1) counted twice, (1, 1) never)."""
+whole sum. ODD=1: the ranks cover the grid column-major. BUG=1: rank 3 takes batch row 0 (block (0, 1) counted twice, (1, 1) never)."""
 import torch
 import torch.distributed as dist
 
-from sequence_matmul import B, H, O, S, SequenceParallel, Single as Linear, bug
+from sequence_matmul import B, H, O, S, SequenceParallel, Single as Linear, bug, odd
 from shardproof import Case
 
 
@@ -18,6 +18,8 @@ class Single(Linear):
 class Grid(SequenceParallel):
     def forward(self, x):
         b, c = divmod(self.rank, 2)
+        if odd():  # ranks laid over the grid column-major
+            c, b = divmod(self.rank, 2)
         if bug() and self.rank == 3:
             b = 0
         s = S // 2

@@ -2,7 +2,7 @@
 non-contiguous slice, so torch's matmul multiplies it as a batched product with the weight
 broadcast (bmm with an expanded weight), while the single device folds its contiguous x into
 rows (view, mm, view). The outputs are all-gathered along the sequence. BUG=1: a rank reads
-the next rank's block (wrong offset)."""
+the next rank's block (wrong offset). ODD=1: the shard made contiguous first, so it is folded into rows too."""
 import os
 
 import torch
@@ -17,6 +17,11 @@ B, S, H, O = 2, 8, 4, 3
 def bug() -> bool:
     """BUG=1 in the environment selects the buggy twin (read at run time: gloo ranks inherit it)."""
     return os.environ.get("BUG") == "1"
+
+
+def odd() -> bool:
+    """ODD=1: a correct program written oddly (a contiguous copy folded into rows, a column-major grid)."""
+    return os.environ.get("ODD") == "1"
 
 
 class Single(nn.Module):
@@ -37,7 +42,8 @@ class SequenceParallel(nn.Module):
     def forward(self, x):
         s = S // self.world
         r = (self.rank + 1) % self.world if bug() else self.rank
-        y = x[:, r * s:(r + 1) * s] @ self.w
+        block = x[:, r * s:(r + 1) * s]
+        y = block.contiguous() @ self.w if odd() else block @ self.w  # ODD: folded into rows, as the single device
         parts = [torch.empty_like(y) for _ in range(self.world)]
         dist.all_gather(parts, y.contiguous())
         return torch.cat(parts, dim=1)
