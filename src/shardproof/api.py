@@ -6,55 +6,24 @@ engine); the CLI is a thin shell over it.
 from __future__ import annotations
 
 import os
-import re
 import time
-from dataclasses import dataclass, field, replace
-from typing import Callable, Optional
+from dataclasses import replace
 
 import numpy as np
 
+from .api_base import (GRADIENT_OUTPUTS, InputError, Prepared, Progress, REDRAW_SEED, _numpy,  # noqa: F401
+                       _offset, _quiet, training_renames)
+from .api_confirm import (CONFIRM_DRAWS, EXEC_BYTES, EXEC_BYTES_PER_DRAW, NO_CONFIRM, _execute,  # noqa: F401
+                          _execute_graphs, _graph_runs, confirm)
+from .api_dumps import XLA_SUFFIXES, _dump_kind, _graph, _load_hlo, _output, hlo_file, prepare_dumps  # noqa: F401
 from .case import Case
 from .engine import executor
-from .engine.budget import stage as budget_stage
-from .engine.result import Confirmation, Report
-from .engine.verify import ENGINE_STAGES, differing_outputs, numeric_inputs, verify_graphs
-from .frontends.fx_program import dump_graphs, dump_kinds, load_program
-from .frontends.fx_text import read_dump
-from .frontends.hlo_text import is_hlo_text, load_hlo_program, mark_shared_constants
-from .frontends.stablehlo_text import is_stablehlo_text, load_stablehlo_program
+from .engine.result import Report
+from .engine.verify import ENGINE_STAGES, differing_outputs, verify_graphs
 from .frontends.user_frame import user_location
 from .ir.graph import DistributedProgram, Graph
-from .relations.infer import RelationsFile, load_yaml, parse_spec, resolve_inputs, resolve_outputs
-from .relations.pairing import pair_graph_outputs
-from .relations.spec import DERIVED, Ignore, RelationError, Replicate, parse_relation
-
-Progress = Optional[Callable[[str, int, int], None]]
-"""``progress(stage, done, total)``: `done` of `total` steps are finished, `stage` is under way."""
-
-
-def _quiet(stage: str, done: int, total: int) -> None:
-    pass
-
-
-def _offset(progress: Progress, done: int, total: int) -> Progress:
-    """The engine's progress (its own steps) as steps `done`.. of `total` of the whole run."""
-    if progress is None:
-        return None
-    return lambda stage, d, t: progress(stage, done + d, total)
-
-
-class InputError(Exception):
-    """Bad input (exit code 3): an unloadable case, an untraceable program, bad relations."""
-
-
-def _numpy(values: dict) -> dict[str, np.ndarray]:
-    return {k: v.detach().cpu().double().numpy() if v.is_floating_point() else v.detach().cpu().numpy()
-            for k, v in values.items()}
-
-
-REDRAW_SEED = 20_241_114
-"""The seed of the distinct values shardproof gives a live case's single-device weights
-before the distributed programs are built from them (deterministic runs)."""
+from .relations.infer import load_yaml, parse_spec, resolve_inputs
+from .relations.spec import RelationError, parse_relation
 
 
 def capture_case(case: Case, world_size: int | None = None, progress: Progress = None, workers: int | None = None):
@@ -170,20 +139,6 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
         raise InputError(str(exc) + user_location(exc)) from None
     return seq, DistributedProgram(graphs, classes), _numpy(seq_inputs), rank_values
 
-GRADIENT_OUTPUTS = ("grad:", "updated:")
-
-
-def training_renames(names, bindings: dict) -> dict:
-    """Distributed step outputs named after the single-device parameter they belong to:
-    ``grad:<dist param>`` -> ``grad:<single param>`` (others are absent)."""
-    renamed = {}
-    for name in names:
-        prefix = next((p for p in GRADIENT_OUTPUTS if name.startswith(p)), None)
-        b = bindings.get(name[len(prefix):]) if prefix else None
-        if b is not None:
-            renamed[name] = prefix + b.seq_name
-    return renamed
-
 
 def training_expectations(seq: Graph, dist: DistributedProgram, bindings: dict) -> tuple[DistributedProgram, dict]:
     """A parameter's gradient and updated value are expected to relate to the single-device
@@ -219,23 +174,6 @@ def stated_expectations(dist: DistributedProgram) -> dict:
     those placements state (see ``frontends/torch_placements.py``)."""
     first = dist.graphs[0].stated
     return {n: rel for n, rel in first.items() if all(g.stated.get(n) == rel for g in dist.graphs[1:])}
-
-
-@dataclass
-class Prepared:
-    """A captured case or loaded dumps, with input relations and the outputs to check
-    (keyed alike on both sides): everything the engine needs."""
-    seq: Graph
-    dist: DistributedProgram
-    bindings: dict
-    expect: dict
-    examples: dict
-    name: str = ""
-    gradients: frozenset = frozenset()  # training: outputs that are gradients or updated parameters
-    case: Optional[Case] = None  # a live case, run for real to confirm a proof (dumps: None)
-    pairing: list = field(default_factory=list)  # dumps with --auto-relations: how outputs were paired
-    stated: frozenset = frozenset()  # outputs expected as the returned DTensor's placements state
-    capture: Optional[dict] = None  # a live case's capture: seconds, executor, units (engine/executor.py)
 
 
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
@@ -291,142 +229,6 @@ def _optimizer_state(case: Case, values: dict) -> dict:
     return {n: v for n, v in values.items() if STATE_SEP in n}
 
 
-def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
-                  expect: dict | None = None, kind: str | None = None, progress: Progress = None,
-                  world_size: int | None = None, symbols: dict | None = None, graph: str | None = None) -> Prepared:
-    """Load graph dumps (never executed) and relate them: `seq_path` is the single-device
-    program (a dump file, or a directory holding one rank), `dist_path` the distributed one
-    (a directory of per-rank ``<kind>.g<N>.r<rank>.py`` files, or a list of files).
-
-    Input relations come from the YAML `relations_file` (``inputs:``), then, with
-    `auto_relations`, from names and shapes. Outputs are compared as
-    :func:`~shardproof.relations.infer.resolve_outputs` says: the file's ``expect:`` section
-    and `expect` ({distributed output: relation | "R of SEQ_NAME"}, which overrides it) pick
-    the outputs and relations; by default every single-device output must be recoverable.
-    `kind` (fw, bw, both) picks the graph in directories holding several, `graph` (``g1``)
-    one of several ``<kind>.g<N>.r<rank>.py`` graphs. With `auto_relations` and no
-    expectations, outputs pair by position and name (:mod:`~shardproof.relations.pairing`),
-    a scalar (the loss) expected Replicate() (each rank reports it), the others recoverable;
-    the report says which were paired and which left out. `symbols` ({name: int}) sizes
-    symbolic dims (``u0``) on both sides, over the file's ``symbols:`` section.
-
-    XLA HLO text (a file starting with ``HloModule``, or a directory holding one ``*.hlo``
-    file) is read as one SPMD module instantiated per rank: `world_size` ranks, else as
-    many as its collectives' replica groups name."""
-    say = progress or _quiet
-    total = 2 + len(ENGINE_STAGES)
-    file = load_yaml(relations_file) if relations_file else RelationsFile()
-    wanted = {**file.expect, **parse_spec(expect, source="expectations")}
-    kind = kind or _dump_kind([p for p in (seq_path, dist_path) if isinstance(p, (str, os.PathLike))
-                               and os.path.isdir(p) and not hlo_file(p)])
-    seq_hlo, dist_hlo = (hlo_file(p) for p in (seq_path, dist_path))
-    if world_size and not dist_hlo:
-        raise InputError("--world-size applies to case files and HLO modules; for FX dumps it is the number of "
-                         "rank files in --dist")
-    say("reading the single-device dump", 0, total)
-    if seq_hlo:
-        seq_graphs = _load_hlo(seq_hlo, 1, file)
-    else:
-        seq_graphs = load_program(seq_path, kind=kind, constants=file.constants["seq"],
-                                  graph=_graph(seq_path, kind, graph), symbols={**file.symbols["seq"], **(symbols or {})})
-    if len(seq_graphs) != 1:
-        raise InputError(f"{seq_path}: the single-device program must be one graph, but {len(seq_graphs)} rank "
-                         f"files were found")
-    seq = seq_graphs[0]
-    say("reading the distributed dumps", 1, total)
-    if dist_hlo:
-        graphs = _load_hlo(dist_hlo, world_size, file)
-    else:
-        graphs = load_program(dist_path, kind=kind, constants=file.constants["dist"],
-                              graph=_graph(dist_path, kind, graph), symbols={**file.symbols["dist"], **(symbols or {})})
-    if file.shared:
-        found = mark_shared_constants([seq] + graphs, file.shared)
-        missing = sorted(file.shared - found)
-        if missing:
-            raise InputError(f"{relations_file}: constants {', '.join(missing)} are stated 'same', but no program "
-                             f"has an unprinted constant of that name")
-    bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
-                              [{n.name: n.shape for n in g.inputs} for g in graphs], file.inputs,
-                              by_shape=auto_relations,
-                              labels=[str(g.inputs[0].origin) if g.inputs else g.label for g in graphs])
-    pairing = []
-    if auto_relations and not wanted:
-        pairs, pairing = pair_graph_outputs(seq, graphs)
-    else:
-        pairs = resolve_outputs([n.name for n in seq.outputs.values()],
-                                [[n.name for n in g.outputs.values()] for g in graphs], wanted)
-    seq = replace(seq, outputs={s: _output(seq, s) for s in pairs})
-    dist = DistributedProgram([replace(g, outputs={s: _output(g, d) for s, (d, _) in pairs.items()})
-                               for g in graphs])
-    name = f"{os.fspath(seq_path)} vs {os.fspath(dist_path)}" if isinstance(dist_path, (str, os.PathLike)) else ""
-    return Prepared(seq, dist, bindings, {s: rel for s, (_, rel) in pairs.items() if rel is not None}, {}, name,
-                    pairing=pairing)
-
-
-def _graph(path, kind: str, graph: str | None) -> str | None:
-    """`graph` for a dump directory that holds it or several graphs (one that holds a
-    single graph, like a single-device dump beside a multi-graph one, gives that)."""
-    if graph is None or not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
-        return graph
-    names = dump_graphs(path, kind)
-    return graph if graph in names or len(names) != 1 else None
-
-
-XLA_SUFFIXES = (".hlo", ".hlo.txt", ".mlir")
-
-
-def hlo_file(path) -> str | None:
-    """The XLA module `path` names: a file of HLO text (``HloModule ...``) or StableHLO
-    (MLIR) text, or a directory holding exactly one ``*.hlo`` / ``*.hlo.txt`` / ``*.mlir``
-    file; else None."""
-    if not isinstance(path, (str, os.PathLike)):
-        return None
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        found = sorted(f for f in os.listdir(path) if f.endswith(XLA_SUFFIXES))
-        if len(found) > 1:
-            raise InputError(f"{path} holds several XLA modules ({', '.join(found)}): name the file")
-        return os.path.join(path, found[0]) if found else None
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            head = f.read(1 << 20)
-    except OSError:
-        return None
-    return path if is_hlo_text(head) or is_stablehlo_text(head) else None
-
-
-def _load_hlo(path: str, world_size: int | None, file: RelationsFile) -> list[Graph]:
-    """An HLO or StableHLO module, once per rank (StableHLO: `world_size`, else the
-    module's ``mhlo.num_partitions``)."""
-    if any(file.constants[side] for side in ("seq", "dist")):
-        raise InputError(f"{path}: an HLO module prints its constants' values (or elides them: state those "
-                         f"'same'); numeric constant values are for FX dumps")
-    text = read_dump(path)
-    if is_stablehlo_text(text):
-        found = re.search(r"mhlo\.num_partitions\s*=\s*(\d+)", text)
-        return load_stablehlo_program(text, world_size or (int(found.group(1)) if found else 1), path)
-    return load_hlo_program(text, world_size, filename=path)
-
-
-def _dump_kind(directories: list) -> str:
-    """The graph kind the dump directories have in common, when there is exactly one."""
-    if not directories:
-        return "fw"
-    found = [dump_kinds(d) for d in directories]
-    common = sorted(set(found[0]).intersection(*found[1:]))
-    if len(common) == 1:
-        return common[0]
-    listing = "; ".join(f"{d}: {', '.join(k) or 'no <kind>.r<N>.py files'}" for d, k in zip(directories, found))
-    if common:
-        raise InputError(f"the dumps hold several graph kinds ({', '.join(common)}): pick one with --kind "
-                         f"({listing})")
-    raise InputError(f"the dumps hold no graph kind in common ({listing})")
-
-
-def _output(graph: Graph, name: str):
-    return next(n for n in graph.outputs.values() if n.name == name)
-
-
 def verify_case(case: Case, world_size: int | None = None, relations: dict | None = None,
                 relations_file: str | None = None, progress: Progress = None, views: bool = False,
                 confirm_draws: int | None = None, fixes: bool | None = None) -> Report:
@@ -458,10 +260,6 @@ def _timed(report: Report, t0: float) -> Report:
     return report
 
 
-CONFIRM_DRAWS = 2
-"""Fresh random value sets a proof is confirmed on by execution, besides the case's own."""
-NO_CONFIRM = -1
-"""``confirm_draws=NO_CONFIRM``: do not run the programs (the best verdict is then unknown)."""
 TEMPORAL = True
 """Whether live cases get the temporal checks (engine/temporal.py: async use before wait,
 buffers reused in flight, collective order, deadlock); the CLI's ``--no-temporal`` turns it off."""
@@ -516,92 +314,6 @@ def suggest_fix(p: Prepared, finding, seconds: float | None = None):
     if repair is not None:
         finding.fix = repair.what
     return repair
-
-
-def confirm(p: Prepared, report: Report, draws: int = CONFIRM_DRAWS) -> Report:
-    """Run the proved programs for real and compare their values under the proved output
-    relations (:mod:`shardproof.engine.confirm`); the report's verdict stays verified only
-    when execution confirms it, a contradiction is an internal inconsistency (unknown)."""
-    from .engine.confirm import Unconfirmable, judge, settle, too_large
-    t0 = time.perf_counter()
-    by = "gloo" if p.case is not None and p.case.backend != "jax" else ("jax" if p.case is not None else "torch")
-    if draws < 0:
-        return settle(report, Confirmation(by, 0, "skipped", "not run (--no-confirm)"))
-    budget_stage("confirming the proof by execution")  # a --timeout / --max-memory budget: checked before
-    try:
-        big = too_large([p.seq] + p.dist.graphs) if p.case is not None else None  # dumps: their memory estimate
-        if big:
-            raise Unconfirmable(f"too large to execute here: {big}")
-        runs = _execute(p, [None] + list(range(1, draws + 1)))
-        conf = judge(p.seq, p.dist, p.bindings, report.outputs, runs, by, time.perf_counter() - t0)
-    except Unconfirmable as exc:
-        conf = Confirmation(by, 0, "skipped", str(exc), round(time.perf_counter() - t0, 3))
-    return settle(report, conf)
-
-
-def _execute(p: Prepared, seeds: list) -> list:
-    """Both programs run on each value set (seed None: the case's own values)."""
-    from .engine.confirm import Execution, Unconfirmable
-    if p.case is None:
-        return _execute_graphs(p, seeds)
-    if p.case.backend == "jax":
-        from .frontends.jax_run import JaxRunError, run_jax_case
-        try:
-            return [Execution(*r) for r in run_jax_case(p.case, p.dist.world_size, seeds, list(p.seq.outputs))]
-        except JaxRunError as exc:
-            raise Unconfirmable(str(exc)) from None
-    from .frontends.torch_run import RunError, related_data, run_case
-    stated = {name: b.relation for name, b in p.bindings.items()  # data every rank receives whole, related
-              if name in p.case.inputs and b.seq_name == name and not isinstance(b.relation, (Replicate, Ignore))
-              and not isinstance(b.relation, DERIVED)} if p.case.dist_inputs is None else {}
-    try:
-        runs = [Execution(*r) for r in run_case(p.case, p.dist.world_size, seeds,
-                                                rank_data=related_data(stated) if stated else None)]
-    except RunError as exc:
-        raise Unconfirmable(str(exc)) from None
-    if p.case.train is not None:  # rank outputs named after the single-device parameters, as the graphs are
-        for run in runs:
-            run.rank_outputs = [{training_renames([k], p.bindings).get(k, k): v for k, v in out.items()}
-                                for out in run.rank_outputs]
-    return runs
-
-
-EXEC_BYTES = 4 << 30  # dumps: the most memory executing the graphs here may take
-EXEC_BYTES_PER_DRAW = 1 << 30  # dumps needing more than this run one value set, not several
-
-
-def _execute_graphs(p: Prepared, seeds: list) -> list:
-    """Dumps: the graphs run with torch's kernels and the collectives computed across ranks
-    (:mod:`shardproof.frontends.torch_exec`), on inputs drawn through the proved relations."""
-    from .engine.confirm import Unconfirmable
-    try:
-        from .frontends import torch_exec
-    except ImportError as exc:
-        raise Unconfirmable(f"graph dumps are not executed by this installation ({exc})") from None
-    estimate = getattr(torch_exec, "estimate_bytes", None)
-    if estimate is not None:
-        need, name, size = estimate(p.seq, p.dist)
-        if need > EXEC_BYTES:
-            raise Unconfirmable(f"too large to execute here: about {need / 2**30:.1f} GiB (the largest tensor, "
-                                f"{name}, is {size / 2**20:.0f} MiB)")
-        if need > EXEC_BYTES_PER_DRAW:  # a large graph: one value set (the report says how many ran)
-            seeds = seeds[:1]
-    return _graph_runs(p, torch_exec, len(seeds))
-
-
-def _graph_runs(p: Prepared, torch_exec, n: int):
-    """The value sets, executed one at a time as the judge asks for them (a large graph's
-    values are dropped before the next set runs)."""
-    from .engine.confirm import Execution, Unconfirmable
-    draw = getattr(torch_exec, "draw_program_inputs", None)
-    for i in range(n):
-        s_in, d_in = (draw(p.seq, p.dist, p.bindings, i) if draw is not None
-                      else numeric_inputs(p.seq, p.dist, p.bindings, p.examples, i))
-        try:
-            s_out, d_out = torch_exec.execute(p.seq, p.dist, s_in, d_in)
-        except Exception as exc:  # noqa: BLE001  (a graph torch cannot run: not confirmed, said so)
-            raise Unconfirmable(f"executing the graphs with torch failed: {type(exc).__name__}: {exc}") from None
-        yield Execution(f"draw {i + 1}", s_in, s_out, d_in, d_out)
 
 
 def save_counterexample(report: Report, case_path, directory, world_size: int | None = None) -> str:

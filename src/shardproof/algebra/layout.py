@@ -188,6 +188,7 @@ def expand(terms: TermStore, val: Val, shape: Sequence[int]) -> Val:
             vecs[d] = canon_vec(np.full(shape[d], pos, dtype=np.int64), ts[d])
     return Val(val.t, tuple(vecs))
 
+
 def _broadcast_to_selection(terms: TermStore, val: Val, extent: dict) -> Val:
     """A piece broadcast along dims of `extent` ({dim: (term extent, selection)}) as the
     same selection of an expanded term: its values are equal at every position there."""
@@ -200,8 +201,6 @@ def _broadcast_to_selection(terms: TermStore, val: Val, extent: dict) -> Val:
     shape = [extent[d][0] if d in dims else (ts[d] if d in extent else local[d]) for d in range(len(ts))]
     t = terms.make("expand", (tuple(shape),), (val.t,), shape)
     return Val(t, tuple(extent[d][1] if d in dims else val.vecs[d] for d in range(len(ts))))
-
-
 
 
 def _selection_of_built_cat(terms: TermStore, vals: Sequence[Val], dim: int, keep: list) -> Val | None:

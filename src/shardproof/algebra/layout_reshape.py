@@ -10,6 +10,7 @@ from .layout_base import Val, Vec, canon_vec, materialize, prod, shape_of, vec_a
 from .layout_maps import _mapped, at_positions, flat_positions
 from .terms import TermStore
 
+
 def _group_dims_units_left(old: Sequence[int], new: Sequence[int]):
     """The reshape's groups with each unit dim joined to the group before it (where
     `_group_dims` joins it to the one after): ``[s, 1, h] -> [s, h]`` as ``[s, 1] -> [s]``,
