@@ -14,6 +14,7 @@ from . import draws
 from .core import (Claims, Draw, T, Unknown, _complete, _map, _pairs, apply_rule, examples,
                    local_inputs, magnitude, run_torch, to_np, tolerance)
 from .table_views import _reshaped
+from .term_values import check_terms
 
 SETTINGS = settings(max_examples=examples(120), deadline=None, derandomize=True,
                     suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate])
@@ -38,24 +39,28 @@ def run_chain(inputs: dict, steps: list, layouts: dict, world: int, seed: int = 
         for k in inputs:
             claims.add(vals[k], to_np(tens[k]), f"{'single' if who == 0 else f'rank {who - 1}'} input {k}")
     last = None
-    for i, (op, build) in enumerate(steps):
-        d = Draw(op, inputs, ())
-        outs = []
-        for who, (tens, vals) in enumerate(envs):
-            args, kwargs = build({k: tuple(v.shape) for k, v in tens.items()})
-            try:
-                out = run_torch(d, tens, args, kwargs)
-            except Exception as exc:
-                raise Unknown(f"torch rejects step {i}: {exc}") from exc
-            got = apply_rule(d, terms, vals, tens, args, kwargs, out, max(who - 1, 0), 1 if who == 0 else world)
-            pairs = _pairs(got, out)
-            for j, (v, o) in enumerate(pairs):
-                claims.add(v, to_np(o), f"step {i} ({op}) {'single' if who == 0 else f'rank {who - 1}'} output {j} "
-                                        f"(layouts {layouts})")
-            tens[f"s{i}"], vals[f"s{i}"] = pairs[0][1], pairs[0][0]
-            outs.append(pairs)
-        last = outs
-    return "checked" if _complete(terms, claims, last[0], last[1:]) else "unknown"
+    try:
+        for i, (op, build) in enumerate(steps):
+            d = Draw(op, inputs, ())
+            outs = []
+            for who, (tens, vals) in enumerate(envs):
+                args, kwargs = build({k: tuple(v.shape) for k, v in tens.items()})
+                try:
+                    out = run_torch(d, tens, args, kwargs)
+                except Exception as exc:
+                    raise Unknown(f"torch rejects step {i}: {exc}") from exc
+                got = apply_rule(d, terms, vals, tens, args, kwargs, out, max(who - 1, 0), 1 if who == 0 else world)
+                pairs = _pairs(got, out)
+                for j, (v, o) in enumerate(pairs):
+                    claims.add(v, to_np(o), f"step {i} ({op}) {'single' if who == 0 else f'rank {who - 1}'} output "
+                                            f"{j} (layouts {layouts})")
+                tens[f"s{i}"], vals[f"s{i}"] = pairs[0][1], pairs[0][0]
+                outs.append(pairs)
+            last = outs
+        related = _complete(terms, claims, last[0], last[1:])
+    finally:  # every claimed term against its own value, not only against the other claims of it
+        check_terms(claims, {k: to_np(v) for k, v in inputs.items()})
+    return "checked" if related else "unknown"
 
 
 def run_drawn_chain(draw, inputs: dict, steps: list) -> None:

@@ -142,6 +142,29 @@ def _trailing_view(terms: TermStore, t: int, tail: tuple):
     return t
 
 
+def unviewed(terms: TermStore, w: int) -> int:
+    """``exp(view(S) - view(c))`` -> ``exp(S - c)`` where viewing that gives `w` back (a row
+    view pushed inside the ``exp``, algebra/picks.py: a batched product's operand merges the
+    leading dims of the weights): the weights in their shift's own rows; else `w`."""
+    found = shifted(terms, w)
+    if found is None:
+        return w
+    s, c = found
+    base = c
+    while terms[base].op == "lin" and len(terms[base].children) == 1:
+        base = terms[base].children[0]
+    if terms[base].op != "reshape":
+        return w
+    rows = tuple(terms.shape(terms[base].children[0]))
+    shape = rows[:-1] + (terms.shape(s)[-1],)
+    if not rows or rows[-1] != 1 or int(np.prod(shape)) != int(np.prod(terms.shape(s))):
+        return w
+    s0 = view_term(terms, "reshape", (shape,), s, shape)
+    c0 = view_term(terms, "reshape", (rows,), c, rows)
+    w0 = terms.make("exp", terms[w].attrs, (terms.make("sub", ("$", "$", ()), (s0, c0), shape),), shape)
+    return w0 if view_term(terms, "reshape", (tuple(terms.shape(w)),), w0, terms.shape(w)) == w else w
+
+
 def acc_form(terms: TermStore, t: int, rows: bool = True):
     """``A(S, c, V, K)``: the program's ``exp(S - c) @ V`` (a batched dot, maybe through
     reshapes of its leading dims) -> {"kind", "W", "S", "c", "keys", "rebuild" ...} or None."""
@@ -157,6 +180,7 @@ def acc_form(terms: TermStore, t: int, rows: bool = True):
     if len(rs) != nb + 2 or lb != tuple(range(nb)) or rb != tuple(range(nb)) or lc != (nb + 1,) or rc != (nb,):
         return None
     w = _trailing_view(terms, lhs, ls[-2:])
+    w = None if w is None else unviewed(terms, w)
     found = None if w is None else shifted(terms, w)
     if found is None or ls[-1] != rs[-2] or _trailing_view(terms, t, dot.shape[-2:]) != d:
         return None
@@ -210,8 +234,8 @@ def _rebuild(terms: TermStore, form: dict, w: int, keys) -> int:
         old = terms[form["t"]]
         over = None if keys is None else (np.ascontiguousarray(keys).tobytes(),)
         return terms.make("sum", old.attrs[:2] + (over,), (w,), old.shape)
-    lhs = w if form["lhs"] == form["W"] else view_term(terms, "reshape", terms[form["lhs"]].attrs, w,
-                                                        terms.shape(form["lhs"]))
+    ls = tuple(terms.shape(form["lhs"]))
+    lhs = w if form["lhs"] == form["W"] else view_term(terms, "reshape", (ls,), w, ls)
     over = None if keys is None else (np.ascontiguousarray(np.stack([keys, keys], 1)).tobytes(),)
     dot = terms[form["dot"]]
     d = terms.make("dot", (dot.attrs[0], over), (lhs, form["rhs"]), dot.shape)
@@ -305,8 +329,8 @@ def _same_structure(terms: TermStore, a: dict, b: dict) -> bool:
     da, db = terms[a["dot"]], terms[b["dot"]]
     ta = None if a["top"] is None else terms[a["top"]].attrs
     tb = None if b["top"] is None else terms[b["top"]].attrs
-    la = terms[a["lhs"]].attrs if a["lhs"] != a["W"] else None
-    lb = terms[b["lhs"]].attrs if b["lhs"] != b["W"] else None
+    la = terms.shape(a["lhs"]) if a["lhs"] != a["W"] else None
+    lb = terms.shape(b["lhs"]) if b["lhs"] != b["W"] else None
     return da.attrs[0] == db.attrs[0] and ta == tb and la == lb and a["rhs"] == b["rhs"]
 
 
@@ -389,6 +413,9 @@ def partial_state(terms: TermStore, t: int, known):
     term = terms[t]
     while term.op == "reshape":
         t, term = term.children[0], terms[term.children[0]]
+    if term.op == "exp":
+        t = unviewed(terms, t)
+        term = terms[t]
     if term.op in ("amax", "logsumexp", "maximum", "logaddexp"):
         s = _scores(terms, t, known)
         return None if s is None else (s, State("shift", t, None))

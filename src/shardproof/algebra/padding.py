@@ -361,7 +361,7 @@ def padded_batch(terms: TermStore, a: Val, b: Val, lhs_batch, rhs_batch):
 # ---------------------------------------------------------------- reductions
 
 def _reduction(terms, op, attrs, children, shape):
-    dims, keepdim, over = attrs[0], attrs[1], attrs[2]
+    dims, keepdim, over = attrs[0], attrs[1], attrs[2] if len(attrs) > 2 else None  # a lemma's lse: no over
     x = children[0]
     if is_zero(terms, x) and op in ("sum", "amax", "amin", "max", "min"):
         return zero(terms, shape)

@@ -171,13 +171,6 @@ def _view_part(terms, op, attrs, part: int, whole: tuple, shape: tuple, step):
     return None
 
 
-def _leading_split(whole: tuple, shape: tuple) -> bool:
-    """A reshape that only splits or merges leading dims and keeps the last two: the batched
-    rows an attention product keeps (the online-softmax states, algebra/online_softmax.py, are
-    recognized through such a view outside their ``exp``)."""
-    return len(whole) >= 2 and len(shape) >= 2 and tuple(whole[-2:]) == tuple(shape[-2:])
-
-
 def _row_view_pushed(op: str):
     def rule(terms, attrs, children, shape):
         inner = terms[children[0]]
@@ -197,8 +190,7 @@ def _row_view_pushed(op: str):
                     return None
                 parts[viewed] = parts.get(viewed, 0) + c
             return linear(terms, parts, shape)
-        if inner.op in UNARY and inner.attrs == ("$", ()) and len(inner.children) == 1 \
-                and not (op == "reshape" and inner.op == "exp" and _leading_split(whole, shape)):
+        if inner.op in UNARY and inner.attrs == ("$", ()) and len(inner.children) == 1:
             kids = [_view_part(terms, op, attrs, k, whole, shape, step) for k in inner.children]
             if any(k is None for k in kids) or not any(tuple(terms.shape(k)) == shape for k in kids):
                 return None
