@@ -95,26 +95,29 @@ def test_megatron_gpt_tp4():
 
 @pytest.mark.slow
 @pytest.mark.sweep
-def test_labels_on_gloo():
+@pytest.mark.parametrize("world", [2, 4])  # TP 4: the dumps make corpus writes beside TP 2
+def test_labels_on_gloo(world):
     """On a real gloo group, the correct program's ranks hold the single device's logits (each
     its vocab chunk) and the injected bug's do not."""
     import gloo
     for bug, agrees in (("", True), (BUG, False)):
-        diffs = gloo.sharded_differences(CASE, 2, 2, {"BUG": bug})
+        diffs = gloo.sharded_differences(CASE, world, 2, {"BUG": bug})
         assert all(d < 1e-4 for d in diffs) == agrees, (bug, diffs)
 
 
 @pytest.mark.slow
 @pytest.mark.sweep
-def test_dump_pair_verifies_and_bug_is_a_violation(tmp_path):
-    """The generator's readable FX dumps (make corpus) at TP 2, with the relations file it
+@pytest.mark.parametrize("world", [2, 4])  # TP 4: the dumps make corpus writes beside TP 2
+def test_dump_pair_verifies_and_bug_is_a_violation(tmp_path, monkeypatch, world):
+    """The generator's readable FX dumps (make corpus) at TP 2 and 4, with the relations file it
     writes beside them: verified, and the dropped reduce-scatter a violation."""
     import dump_libraries
-    dump_libraries.WORLDS = (2,)
+    monkeypatch.setattr(dump_libraries, "WORLDS", (world,))
     dump_libraries.dump_case("megatron_gpt", BUG, str(tmp_path))
-    root = tmp_path / "megatron_gpt"
-    ok = api.verify_dumps(str(root / "tp1"), str(root / "tp2"), str(root / "tp2.yaml"), auto_relations=True)
+    root, tp = tmp_path / "megatron_gpt", f"tp{world}"
+    ok = api.verify_dumps(str(root / "tp1"), str(root / tp), str(root / f"{tp}.yaml"), auto_relations=True)
     assert ok.status == "verified", (ok.status, ok.reason)
-    bad = api.verify_dumps(str(root / "tp1"), str(root / "tp2.bug"), str(root / "tp2.bug.yaml"), auto_relations=True)
+    bad = api.verify_dumps(str(root / "tp1"), str(root / f"{tp}.bug"), str(root / f"{tp}.bug.yaml"),
+                           auto_relations=True)
     assert bad.status == "violation", (bad.status, bad.reason)
     assert bad.findings[0].kind == "partial-sum-never-reduced", bad.findings[0]

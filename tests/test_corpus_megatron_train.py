@@ -64,14 +64,15 @@ def test_megatron_training_step_tp4():
 
 @pytest.mark.slow
 @pytest.mark.sweep
-def test_labels_on_gloo():
+@pytest.mark.parametrize("world", [2, 4])
+def test_labels_on_gloo(world):
     """Loss and the replicated (norm) gradients on a real gloo group against the single device:
     equal for the correct step; the bug's layer-0 pre-MLP norm gradient differs on every rank."""
     import numpy as np
     import torch
     from gloo import run_fn_on_gloo, train_step_on_rank
     import megatron_gpt as mg
-    case = megatron_gpt_train.make_case(2)
+    case = megatron_gpt_train.make_case(world)
     params = dict(case.single.named_parameters())
     with mg.tp1_state(True), mg.cpu_route():
         logits = case.single.model(case.inputs["input_ids"], case.inputs["position_ids"], case.inputs["attention_mask"])
@@ -80,7 +81,7 @@ def test_labels_on_gloo():
     norms = [n for n in grads if n.endswith("norm.weight")]
     wrong = "model.decoder.layers.0.pre_mlp_layernorm.weight"
     for bug in (None, BUG):
-        for rank_loss, rank_grads in run_fn_on_gloo(train_step_on_rank(megatron_gpt_train, bug), 2, timeout=300):
+        for rank_loss, rank_grads in run_fn_on_gloo(train_step_on_rank(megatron_gpt_train, bug), world, timeout=300):
             assert abs(rank_loss - float(loss)) < 1e-5
             diffs = {n: float(np.abs(rank_grads[n] - grads[n].numpy()).max()) for n in norms}
             if bug is None:
@@ -91,12 +92,13 @@ def test_labels_on_gloo():
 
 @pytest.mark.slow
 @pytest.mark.sweep
-def test_training_dump_pair_verifies_and_bug_is_a_violation(tmp_path):
-    """The generator's joint fw+bw dumps (make corpus) at TP 2 with the relations file it writes
+@pytest.mark.parametrize("world", [2, 4])  # TP 4: the dumps make corpus writes beside TP 2
+def test_training_dump_pair_verifies_and_bug_is_a_violation(tmp_path, monkeypatch, world):
+    """The generator's joint fw+bw dumps (make corpus) at TP 2 and 4 with the relations file it writes
     (fc1's [gate_r; up_r] layout, each gradient expected as its parameter): verified, and the
     unreduced norm gradient a partial sum never reduced, at that norm."""
     import dump_libraries
-    dump_libraries.WORLDS = (2,)
+    monkeypatch.setattr(dump_libraries, "WORLDS", (world,))
     rows = dump_libraries.dump_steps("megatron_gpt_train", BUG, str(tmp_path))
     assert [r[3] for r in rows] == ["verified", "violation"]
     ok = api.verify_dumps(*rows[0][:3], auto_relations=True)

@@ -47,8 +47,9 @@ def test_torchtitan_llama_tp4():
 
 @pytest.mark.slow
 @pytest.mark.sweep
-def test_label_on_gloo():
+@pytest.mark.parametrize("world", [2, 4])
+def test_label_on_gloo(world):
     """The correct program's ranks hold the single device's logits on a real gloo group."""
     import gloo
-    diffs = gloo.sharded_differences(CASE, 2, 2)
+    diffs = gloo.sharded_differences(CASE, world, 2)
     assert all(d < 1e-4 for d in diffs), diffs

@@ -59,35 +59,37 @@ def test_ids_declared_partial_is_located():
 
 @pytest.mark.slow
 @pytest.mark.sweep
-def test_labels_on_gloo():
+@pytest.mark.parametrize("world", [2, 4])
+def test_labels_on_gloo(world):
     """On a real gloo group: the correct step's loss and every gradient equal the single device's;
     the plan mistake runs (nothing raises) and its loss differs."""
     import numpy as np
     import torch
     from gloo import run_fn_on_gloo, train_step_on_rank
-    case = torchtitan_llama_train.make_case(2)
+    case = torchtitan_llama_train.make_case(world)
     params = dict(case.single.named_parameters())
     loss = case.train.loss(case.single(case.inputs["tokens"]), case.inputs)
     grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
-    for rank_loss, rank_grads in run_fn_on_gloo(train_step_on_rank(torchtitan_llama_train), 2, timeout=300):
+    for rank_loss, rank_grads in run_fn_on_gloo(train_step_on_rank(torchtitan_llama_train), world, timeout=300):
         assert abs(rank_loss - float(loss)) < 1e-5, (rank_loss, float(loss))
         for n, g in grads.items():
             np.testing.assert_allclose(rank_grads[n], g.numpy(), rtol=1e-4, atol=1e-5, err_msg=n)
-    for rank_loss, _ in run_fn_on_gloo(train_step_on_rank(torchtitan_llama_train, BUG), 2, timeout=300):
+    for rank_loss, _ in run_fn_on_gloo(train_step_on_rank(torchtitan_llama_train, BUG), world, timeout=300):
         assert abs(rank_loss - float(loss)) > 1e-3, (rank_loss, float(loss))
 
 
 @pytest.mark.slow
 @pytest.mark.sweep
-def test_dumps_verify_and_bug_is_a_violation(tmp_path):
-    """The generator's readable dumps (make corpus) at TP 2: torchtitan's forward and its training
+@pytest.mark.parametrize("world", [2, 4])  # TP 4: the dumps make corpus writes beside TP 2
+def test_dumps_verify_and_bug_is_a_violation(tmp_path, monkeypatch, world):
+    """The generator's readable dumps (make corpus) at TP 2 and 4: torchtitan's forward and its training
     step (joint fw+bw, complex RoPE buffers included: executed as complex) verified from the
     text alone; the plan mistake's step a violation at the all-reduced ids."""
     import dump_libraries
-    dump_libraries.WORLDS = (2,)
+    monkeypatch.setattr(dump_libraries, "WORLDS", (world,))
     dump_libraries.dump_case("torchtitan_llama", None, str(tmp_path))
-    root = tmp_path / "torchtitan_llama"
-    fw = api.verify_dumps(str(root / "tp1"), str(root / "tp2"), str(root / "tp2.yaml"), auto_relations=True)
+    root, tp = tmp_path / "torchtitan_llama", f"tp{world}"
+    fw = api.verify_dumps(str(root / "tp1"), str(root / tp), str(root / f"{tp}.yaml"), auto_relations=True)
     assert fw.status == "verified", (fw.status, fw.reason)
     rows = dump_libraries.dump_steps("torchtitan_llama_train", BUG, str(tmp_path))
     ok = api.verify_dumps(*rows[0][:3], auto_relations=True)

@@ -16,6 +16,7 @@ from shardproof.relations.spec import Replicate
 
 from . import test_chains_vs_torch as chains
 from .core import T
+from .test_rows_vs_torch import two_order_steps
 
 A = "aten."
 S, B, V = 3, 2, 5
@@ -28,23 +29,11 @@ def _inputs():
     return {"x": x, "labels": labels}
 
 
-# the rows test's two orders ([s, b] and [b, s] rows), a sum over every pick, and a masked pick
-STEPS = [(A + "amax", lambda _: ((T("x"), [-1], True), {})),                      # s0 row max
-         (A + "sub", lambda _: ((T("x"), T("s0")), {})),                          # s1 max-shifted
-         (A + "view", lambda _: ((T("s1"), [S * B, V]), {})),                     # s2 [s*b, v] rows
-         (A + "permute", lambda _: ((T("labels"), [1, 0]), {})),                  # s3
-         (A + "reshape", lambda _: ((T("s3"), [S * B, 1]), {})),                  # s4
-         (A + "gather", lambda _: ((T("s2"), 1, T("s4")), {})),                   # s5 picks, [s, b] rows
-         (A + "permute", lambda _: ((T("x"), [1, 0, 2]), {})),                    # s6 [b, s, v]
-         (A + "reshape", lambda _: ((T("s6"), [B * S, V]), {})),                  # s7
-         (A + "_log_softmax", lambda _: ((T("s7"), 1, False), {})),               # s8
-         (A + "reshape", lambda _: ((T("labels"), [B * S, 1]), {})),              # s9
-         (A + "gather", lambda _: ((T("s8"), 1, T("s9")), {})),                   # s10 picks, [b, s] rows
-         (A + "sum", lambda _: ((T("s5"),), {})),                                 # s11
-         (A + "sum", lambda _: ((T("s10"),), {})),                                # s12
-         (A + "eq", lambda _: ((T("s4"), 0), {})),                                # s13 class 0 ignored
-         (A + "masked_fill", lambda _: ((T("s5"), T("s13"), 0.0), {})),           # s14 masked picks
-         (A + "sum", lambda _: ((T("s14"),), {}))]                                # s15
+# the rows test's two orders ([s, b] and [b, s] rows, sums over every pick), then a masked pick
+STEPS = two_order_steps(S, B, V) + [
+    (A + "eq", lambda _: ((T("s4"), 0), {})),                                # s27 class 0 ignored
+    (A + "masked_fill", lambda _: ((T("s5"), T("s27"), 0.0), {})),           # s28 masked picks
+    (A + "sum", lambda _: ((T("s28"),), {}))]                                # s29
 
 
 def _run():

@@ -2,7 +2,9 @@
 (offsets over dims of different extents, a selection already built), torch the judge: chains
 that spell one row-wise computation in two row orders (megatron's [s, b] and the single
 device's [b, s]), with the max shift, picks, log-sum-exp and a softmax viewed back; operands
-of different extents combined; on drawn sharded layouts, every shared term holds torch's value."""
+of different extents combined; on drawn sharded layouts, every claimed term holds torch's value
+(against the other claims of it and against its own value on the inputs, term_values.py; the
+mutants of test_rows_mutants.py must fail this check)."""
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -16,6 +18,39 @@ SETTINGS = settings(max_examples=examples(40), deadline=None, derandomize=True,
 A = "aten."
 
 
+def two_order_steps(s: int, b: int, v: int) -> list:
+    """One row-wise computation over ``x [s, b, v]`` and ``labels [b, s]`` spelled in two row
+    orders (megatron's [s, b], the single device's [b, s]): max shift, picks, sums over every
+    pick, log-sum-exp, a softmax viewed back, [s*b, v] rows picked against [b, s] labels."""
+    return [(A + "amax", lambda _: ((T("x"), [-1], True), {})),                      # s0
+            (A + "sub", lambda _: ((T("x"), T("s0")), {})),                          # s1 max-shifted
+            (A + "view", lambda _: ((T("s1"), [s * b, v]), {})),                     # s2 [s*b, v]
+            (A + "permute", lambda _: ((T("labels"), [1, 0]), {})),                  # s3
+            (A + "reshape", lambda _: ((T("s3"), [s * b, 1]), {})),                  # s4
+            (A + "gather", lambda _: ((T("s2"), 1, T("s4")), {})),                   # s5 picks, [s, b] rows
+            (A + "permute", lambda _: ((T("x"), [1, 0, 2]), {})),                    # s6 [b, s, v]
+            (A + "reshape", lambda _: ((T("s6"), [b * s, v]), {})),                  # s7
+            (A + "_log_softmax", lambda _: ((T("s7"), 1, False), {})),               # s8
+            (A + "reshape", lambda _: ((T("labels"), [b * s, 1]), {})),              # s9
+            (A + "gather", lambda _: ((T("s8"), 1, T("s9")), {})),                   # s10 picks, [b, s] rows
+            (A + "sum", lambda _: ((T("s5"),), {})),                                 # s11
+            (A + "sum", lambda _: ((T("s10"),), {})),                                # s12
+            (A + "logsumexp", lambda _: ((T("s7"), [1]), {})),                       # s13
+            (A + "sum", lambda _: ((T("s13"),), {})),                                # s14
+            (A + "exp", lambda _: ((T("s8"),), {})),                                 # s15 softmax, [b, s] rows
+            (A + "reshape", lambda _: ((T("s15"), [b, s, v]), {})),                  # s16
+            (A + "permute", lambda _: ((T("s16"), [1, 0, 2]), {})),                  # s17 back to [s, b]
+            (A + "reshape", lambda _: ((T("s17"), [s * b, v]), {})),                 # s18
+            (A + "_softmax", lambda _: ((T("s2"), 1, False), {})),                   # s19 the same, in [s, b]
+            (A + "sub", lambda _: ((T("s18"), T("s19")), {})),                       # s20
+            (A + "reshape", lambda _: ((T("s10"), [b, s]), {})),                     # s21 picks back in [s, b]
+            (A + "permute", lambda _: ((T("s21"), [1, 0]), {})),                     # s22
+            (A + "reshape", lambda _: ((T("s22"), [s * b, 1]), {})),                 # s23
+            (A + "view", lambda _: ((T("x"), [s * b, v]), {})),                      # s24 [s*b, v] rows ...
+            (A + "_log_softmax", lambda _: ((T("s24"), 1, False), {})),              # s25
+            (A + "gather", lambda _: ((T("s25"), 1, T("s9")), {}))]                  # s26 ... against [b, s] labels
+
+
 @SETTINGS
 @given(st.data())
 def test_rows_in_two_orders(data):
@@ -26,34 +61,7 @@ def test_rows_in_two_orders(data):
         labels = torch.tensor(data.draw(st.lists(st.integers(0, v - 1), min_size=s * b, max_size=s * b))).reshape(b, s)
     finally:
         draws.MODE["rule"] = False
-    steps = [(A + "amax", lambda _: ((T("x"), [-1], True), {})),                      # s0
-             (A + "sub", lambda _: ((T("x"), T("s0")), {})),                          # s1 max-shifted
-             (A + "view", lambda _: ((T("s1"), [s * b, v]), {})),                     # s2 [s*b, v]
-             (A + "permute", lambda _: ((T("labels"), [1, 0]), {})),                  # s3
-             (A + "reshape", lambda _: ((T("s3"), [s * b, 1]), {})),                  # s4
-             (A + "gather", lambda _: ((T("s2"), 1, T("s4")), {})),                   # s5 picks, [s, b] rows
-             (A + "permute", lambda _: ((T("x"), [1, 0, 2]), {})),                    # s6 [b, s, v]
-             (A + "reshape", lambda _: ((T("s6"), [b * s, v]), {})),                  # s7
-             (A + "_log_softmax", lambda _: ((T("s7"), 1, False), {})),               # s8
-             (A + "reshape", lambda _: ((T("labels"), [b * s, 1]), {})),              # s9
-             (A + "gather", lambda _: ((T("s8"), 1, T("s9")), {})),                   # s10 picks, [b, s] rows
-             (A + "sum", lambda _: ((T("s5"),), {})),                                 # s11
-             (A + "sum", lambda _: ((T("s10"),), {})),                                # s12
-             (A + "logsumexp", lambda _: ((T("s7"), [1]), {})),                       # s13
-             (A + "sum", lambda _: ((T("s13"),), {})),                                # s14
-             (A + "exp", lambda _: ((T("s8"),), {})),                                 # s15 softmax, [b, s] rows
-             (A + "reshape", lambda _: ((T("s15"), [b, s, v]), {})),                  # s16
-             (A + "permute", lambda _: ((T("s16"), [1, 0, 2]), {})),                  # s17 back to [s, b]
-             (A + "reshape", lambda _: ((T("s17"), [s * b, v]), {})),                 # s18
-             (A + "_softmax", lambda _: ((T("s2"), 1, False), {})),                   # s19 the same, in [s, b]
-             (A + "sub", lambda _: ((T("s18"), T("s19")), {})),                       # s20
-             (A + "reshape", lambda _: ((T("s10"), [b, s]), {})),                     # s21 picks back in [s, b]
-             (A + "permute", lambda _: ((T("s21"), [1, 0]), {})),                     # s22
-             (A + "reshape", lambda _: ((T("s22"), [s * b, 1]), {})),                 # s23
-             (A + "view", lambda _: ((T("x"), [s * b, v]), {})),                      # s24 [s*b, v] rows ...
-             (A + "_log_softmax", lambda _: ((T("s24"), 1, False), {})),              # s25
-             (A + "gather", lambda _: ((T("s25"), 1, T("s9")), {}))]                  # s26 ... against [b, s] labels
-    run_drawn_chain(data.draw, {"x": x, "labels": labels}, steps)
+    run_drawn_chain(data.draw, {"x": x, "labels": labels}, two_order_steps(s, b, v))
 
 
 @SETTINGS
