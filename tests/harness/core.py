@@ -345,6 +345,8 @@ def check_rule(d: Draw, layouts: dict, world: int, seed: int = 0) -> str:
     if not d.values:
         return "unknown"
     related = _complete(terms, claims, s_pairs, rank_pairs)
+    from .term_values import check_terms  # every claimed term against its own value on these inputs
+    check_terms(claims, {k: to_np(v) for k, v in d.inputs.items()})
     return "checked" if related else "unknown"
 
 

@@ -295,7 +295,10 @@ def _add_linear(terms, attrs, children, shape):
 def _sub_linear(terms, attrs, children, shape):
     if len(children) != 2 or attrs[:2] != ("$", "$"):
         return None
-    return _merge(terms, [(children[0], Fraction(1)), (children[1], Fraction(-1))], shape)
+    alpha = attrs[2] if len(attrs) > 3 else dict(attrs[-1]).get("alpha", 1) if len(attrs) > 2 else 1  # a - alpha*b
+    if isinstance(alpha, (bool, str)) or not isinstance(alpha, (int, Fraction)):
+        return None
+    return _merge(terms, [(children[0], Fraction(1)), (children[1], -Fraction(alpha))], shape)
 
 
 @rewrite("scale")
