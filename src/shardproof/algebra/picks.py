@@ -136,7 +136,9 @@ def _sum_of_everything_viewed(terms, attrs, children, shape):
 # device's [b, s] rows, megatron's [s, b]) meets the other program's term: a row-rearranging
 # view of an elementwise form is that form of the viewed operands (a per-row part ``[rows,
 # 1]`` viewed by its rows), of a one-hot the one-hot of the viewed index, of a constant the
-# constant. Exact identities of indexing.
+# constant. Exact identities of indexing. One canonical form for every such view: a batched
+# product's view of ``exp(S - c)`` goes inside too (online_softmax.unviewed sees the weights
+# through it).
 
 UNARY = ("exp", "log", "neg", "sqrt", "rsqrt", "tanh", "sigmoid")  # one-operand elementwise terms
 
