@@ -30,7 +30,7 @@ from typing import Callable
 
 from ..ir.graph import DistributedProgram, Node
 from ..ops.registry import RuleCtx
-from .lockstep import resolve
+from .lockstep import is_collective
 
 
 def tracked_ctx(reads: list) -> type:
@@ -67,84 +67,80 @@ def _same_node(a: Node, b: Node) -> bool:
         return False
 
 
-def shared_nodes(dist: DistributedProgram) -> dict[int, tuple[int, set]]:
-    """rank -> (its class's number, the names of its nodes that are its class's node): only
-    the classes of more than one rank whose members' graphs were derived."""
-    out: dict[int, tuple[int, set]] = {}
-    for i, cls in enumerate(dist.classes or []):
-        ranks = cls.get("ranks") or []
-        if len(ranks) < 2 or not cls.get("derived"):
-            continue
-        rep = dist.graphs[cls["representative"]]
-        rep_nodes = {n.name: n for n in rep.nodes}
-        for r in ranks:
-            same = {n.name for n in dist.graphs[r].nodes
-                    if n.name in rep_nodes and (r == cls["representative"] or _same_node(n, rep_nodes[n.name]))}
-            out[r] = (i, same)
-    return out
-
-
-def _key(value):
-    """A hashable key of a resolved operand: a relation by term and layout; None where a
-    value has no such key (the node is then interpreted per rank)."""
-    from ..algebra.layout import Val
-    if isinstance(value, Val):
-        return ("val",) + value.key()
-    if isinstance(value, (list, tuple)):
-        keys = tuple(_key(v) for v in value)
-        return None if any(k is None for k in keys) else (type(value).__name__,) + keys
-    if value is None or isinstance(value, (bool, int, float, complex, str)):
-        return ("lit", type(value).__name__, value)
-    return None
-
-
 class ClassProof:
     """Wraps the per-rank evaluators of the distributed program (see the module doc).
-    `stats()`: local ops interpreted and reused, per class."""
+    `stats()`: local ops interpreted and reused, per rank.
+
+    Operands are compared by identity: a value one member interpreted and the others reused
+    is one object; the values that enter otherwise (inputs, collectives' results) are
+    interned by their relation (term and layout), once per object."""
 
     def __init__(self, dist: DistributedProgram, evals: list[Callable], reads: list, unsupported: list,
                  tables=None):
-        self.shared = shared_nodes(dist)
+        self.cls = {r: i for i, c in enumerate(dist.classes or []) if len(c.get("ranks") or []) > 1
+                    and c.get("derived") for r in c["ranks"]}
         self.evals = evals
         self.reads = reads
         self.unsupported = unsupported
         self.tables = tables
-        self.memo: dict = {}
+        self.memo: dict = {}  # (class, node name, operands) -> (node, value, table value)
+        self.same: dict = {}  # (rank, node name) -> whether its node is the one the memo entry was made from
+        self.interned: dict = {}  # relation key -> the first object holding it
+        self.by_id: dict = {}  # id(object) -> (its interned object, the object: kept alive)
         self.rank_specific: set = set()  # (class, node name): its rule read the rank
         self.interpreted = [0] * len(dist.graphs)
         self.reused = [0] * len(dist.graphs)
 
+    def _intern(self, value):
+        from ..algebra.layout import Val
+        if isinstance(value, (tuple, list)):
+            return type(value)(self._intern(v) for v in value)
+        if not isinstance(value, Val):
+            return value
+        hit = self.by_id.get(id(value))
+        if hit is None:
+            hit = (self.interned.setdefault(value.key(), value), value)
+            self.by_id[id(value)] = hit
+        return hit[0]
+
+    def _operand(self, node: Node, env: dict):
+        value = env[node]
+        if node.op == "input" or is_collective(node):
+            value = self._intern(value)
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return ("lit", type(value).__name__, value)
+        return id(value)
+
     def __call__(self, rank: int, node: Node, env: dict):
-        where = self.shared.get(rank)
-        if where is None or node.name not in where[1] or node.op == "input":
+        cls = self.cls.get(rank)
+        if cls is None or node.op == "input":
             self.interpreted[rank] += 1
-            return self.evals[rank](rank, node, env)
-        cls = where[0]
+            out = self.evals[rank](rank, node, env)
+            return out if cls is None else self._intern(out)
         key = None
         if (cls, node.name) not in self.rank_specific:
-            try:
-                key = (cls, node.name, _key(resolve(node.args, env)),
-                       _key(tuple(resolve(v, env) for _, v in sorted(node.kwargs.items()))))
-            except Exception:  # noqa: BLE001
+            key = (cls, node.name, tuple(self._operand(x, env) for x in node.inputs))
+            hit = self.memo.get(key)
+            if hit is not None:
+                same = self.same.get((rank, node.name))
+                if same is None:
+                    same = self.same[(rank, node.name)] = node is hit[0] or _same_node(node, hit[0])
+                if same:
+                    from .budget import check as check_budget
+                    check_budget(node, rank)
+                    if hit[2] is not None and self.tables is not None:
+                        self.tables.values[(rank, node.name)] = hit[2]
+                    self.reused[rank] += 1
+                    return hit[1]
                 key = None
-            if key is not None and (key[2] is None or key[3] is None):
-                key = None
-        if key is not None and key in self.memo:
-            out, table = self.memo[key]
-            from .budget import check as check_budget
-            check_budget(node, rank)
-            if table is not None and self.tables is not None:
-                self.tables.values[(rank, node.name)] = table
-            self.reused[rank] += 1
-            return out
         reads, failed = self.reads[0], len(self.unsupported)
         out = self.evals[rank](rank, node, env)
         self.interpreted[rank] += 1
         if self.reads[0] != reads:
             self.rank_specific.add((cls, node.name))
-        elif key is not None and len(self.unsupported) == failed:
+        elif key is not None and len(self.unsupported) == failed and key not in self.memo:
             table = None if self.tables is None else self.tables.values.get((rank, node.name))
-            self.memo[key] = (out, table)
+            self.memo[key] = (node, out, table)
         return out
 
     def stats(self) -> dict:
