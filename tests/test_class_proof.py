@@ -112,3 +112,21 @@ def test_labels_on_gloo(name, want):
     agree = [isinstance(r, dict) and all(torch.allclose(torch.as_tensor(r[n]), single[n].detach(), atol=1e-5)
                                          for n in single) for r in ranks]
     assert agree == ([True] * 8 if want == "all" else [False] * 8), agree
+
+
+def test_executor_captures_one_representative_per_class():
+    """On a pool of forked workers the ranks are captured one class per unit, as in this
+    process: the same report (rank classes and the proof's counts included) but the timings."""
+    import tp_mlp_train
+    from shardproof.api import NO_CONFIRM, verify_case
+    from shardproof.engine import executor as ex
+    reports = {}
+    for kind in ("serial", "local"):
+        with ex.using(ex.make(kind, workers=2)):
+            reports[kind] = verify_case(tp_mlp_train.case(4), 4, confirm_draws=NO_CONFIRM, fixes=False)
+    serial, local = reports["serial"], reports["local"]
+    assert [c["ranks"] for c in local.rank_classes] == [[0, 2], [1, 3]] and local.rank_classes[0]["derived"]
+    assert ex.without_timings(serial.to_json()) == ex.without_timings(local.to_json())
+    units = local.stats["timings"]["units"]
+    assert [u["unit"] for u in units] == ["single-device", "rank 0 (class of 2 ranks)", "rank 1 (class of 2 ranks)"]
+    assert all(u["worker"] != units[0]["worker"] for u in units[1:])
