@@ -48,21 +48,24 @@ def tracked_ctx(reads: list) -> type:
     return Tracked
 
 
-def _shape(value, names: dict):
+def _shape(value):
     """An argument structure with nodes by name (two ranks' derived nodes compare equal)."""
     if isinstance(value, Node):
         return ("node", value.name)
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(_shape(v, names) for v in value)
+        return (type(value).__name__,) + tuple(_shape(v) for v in value)
     if isinstance(value, dict):
-        return ("dict",) + tuple((k, _shape(v, names)) for k, v in sorted(value.items()))
+        return ("dict",) + tuple((k, _shape(v)) for k, v in sorted(value.items()))
     return value
 
 
 def _same_node(a: Node, b: Node) -> bool:
+    """Same op, name, type, arguments (operands by name) and operand types (a rule may read
+    an operand's strides)."""
     try:
         return (a.op == b.op and a.name == b.name and a.type == b.type
-                and _shape(a.args, {}) == _shape(b.args, {}) and _shape(a.kwargs, {}) == _shape(b.kwargs, {}))
+                and _shape(a.args) == _shape(b.args) and _shape(a.kwargs) == _shape(b.kwargs)
+                and [x.type for x in a.inputs] == [y.type for y in b.inputs])
     except Exception:  # noqa: BLE001  (arguments that do not compare: not shared)
         return False
 
@@ -105,10 +108,16 @@ class ClassProof:
 
     def _operand(self, node: Node, env: dict):
         value = env[node]
-        if node.op == "input" or is_collective(node):
-            value = self._intern(value)
+        return self._identity(self._intern(value) if node.op == "input" or is_collective(node) else value)
+
+    def _identity(self, value):
+        """A key of a value: literals by value, sequences by their items' keys, anything else
+        by the identity of an object that lives as long as the run (an environment's value, or
+        an interned one)."""
         if value is None or isinstance(value, (bool, int, float, str)):
             return ("lit", type(value).__name__, value)
+        if isinstance(value, (tuple, list)):
+            return ("seq",) + tuple(self._identity(v) for v in value)
         return id(value)
 
     def __call__(self, rank: int, node: Node, env: dict):
