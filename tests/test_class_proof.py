@@ -93,9 +93,14 @@ def test_member_with_another_members_data_slice_found():
     all_reduce of the gradients counts chunk 3 twice: a violation, with or without classes."""
     p = _prepared(dp8_mlp_train_overlapping_slices)
     assert [c["ranks"] for c in p.dist.classes] == [list(range(8))] and p.dist.classes[0]["derived"]
+    assert "4: (3, 4)" in str(p.bindings["x"].relation)  # the inferred input relation: rank 4 holds row block 3
     report = _verify(p)
     assert report.status == "violation", report
-    assert report.findings[0].op == "_c10d_functional.all_reduce" or 4 in report.findings[0].rank, report.findings[0]
+    finding = report.findings[0]  # the loss divided by the dp-all-reduced token count, which counts chunk 3 twice
+    assert (finding.kind, finding.op, finding.rank) == ("wrong-normalization", "aten.div", list(range(8))), finding
+    assert "microbatch_loss" in finding.source
+    stats = report.stats["class_proof"]
+    assert stats["reused_by_rank"][4] > stats["reused_by_rank"][5]  # rank 4's ops are rank 3's: same operands
     plain = _verify(p, by_class=False)
     assert plain.status == "violation"
     assert (plain.findings[0].node, plain.findings[0].rank) == (report.findings[0].node, report.findings[0].rank)
