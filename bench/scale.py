@@ -5,7 +5,7 @@ microbatches M in {2,4,8}. Each configuration runs in its own process (its peak 
 own): capture (wall and CPU seconds, CPU ms per traced node), the proof (the engine, no
 confirmation by execution), the engine's verdict, peak memory.
 
-    python bench/scale.py [--quick] [--workers K] [--no-symmetry] [--only N,dp,tp,M ...]
+    python bench/scale.py [--quick] [--workers K] [--no-symmetry] [--no-class-proof] [--only N,dp,tp,M ...]
     python bench/scale.py --blocks [--only N,tp ...]
 
 The table ends with the ratios of issue 16 (dp8/dp2, M8/M2, N8/N1: capture + proof wall).
@@ -38,7 +38,7 @@ def configs(sweep) -> list:
     return out
 
 
-def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True) -> dict:
+def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True, class_proof=True) -> dict:
     """Capture and prove one configuration in this process."""
     sys.path.insert(0, HERE)
     import torch
@@ -47,6 +47,8 @@ def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True) -> dict:
     from shardproof.api import NO_CONFIRM, capture_case, prepare, verify_prepared
     torch.set_num_threads(1)
     api.SYMMETRY = symmetry
+    from shardproof.engine import symbolic
+    symbolic.CLASS_PROOF = class_proof
     capture_case(llama_stack.case(1, 1, 2, 1), 2)  # warm-up: imports, caches
     case = llama_stack.case(n_layers, dp, tp, microbatches)
     options = {} if workers is None else {"workers": workers}
@@ -125,6 +127,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a smaller sweep")
     ap.add_argument("--workers", type=int)
     ap.add_argument("--no-symmetry", action="store_true", help="trace every rank (the baseline before issue 16's symmetry)")
+    ap.add_argument("--no-class-proof", action="store_true",
+                    help="interpret every rank's ops (the proof before engine/classes.py)")
     ap.add_argument("--only", nargs="*", help="configurations N,dp,tp,M")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--blocks", action="store_true", help="the layer stack by block contracts (--only N,tp)")
@@ -137,7 +141,8 @@ def main() -> None:
         blocks_table([tuple(map(int, c.split(","))) for c in args.only] if args.only else [(1, 2), (8, 2)])
         return
     if args.one:
-        print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers, symmetry=not args.no_symmetry)))
+        print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers, symmetry=not args.no_symmetry,
+                             class_proof=not args.no_class_proof)))
         return
     todo = [tuple(map(int, c.split(","))) for c in args.only] if args.only else configs(QUICK if args.quick else SWEEP)
     print("| N | dp | tp | M | ranks (traced) | nodes | capture s (wall) | capture s (CPU) | capture CPU ms / node "
@@ -147,6 +152,7 @@ def main() -> None:
     for c in todo:
         extra = ["--workers", str(args.workers)] if args.workers is not None else []
         extra += ["--no-symmetry"] if args.no_symmetry else []
+        extra += ["--no-class-proof"] if args.no_class_proof else []
         r = _subprocess(["--one", ",".join(map(str, c))] + extra)
         if isinstance(r, str):
             print(f"| {' | '.join(map(str, c))} | failed: {r} |")

@@ -126,11 +126,14 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
         classes = []
         run = executor.active()
         serial = (run is None or run.kind == "serial") and (rank_pool.CAPTURE_WORKERS if workers is None else workers) == 1
-        if SYMMETRY and serial:  # one trace per class
+        if SYMMETRY:  # one trace per class (on the executor's workers unless serial)
             from .frontends.rank_classes import capture_by_class
+
+            def announce(r):
+                say(f"capturing rank {r} of {world} (training step, one per class)", 1 + r, total)
             graphs, rank_values, classes = capture_by_class(
-                case.distributed, world, data_of, case.train, events,
-                lambda r: say(f"capturing rank {r} of {world} (training step, one per class)", 1 + r, total))
+                case.distributed, world, data_of, case.train, events, announce,
+                None if serial else lambda one, cls: rank_pool.capture_classes(one, cls, workers, announce))
             rank_values = [_numpy(v) for v in rank_values]
         else:
             graphs, rank_values = capture_ranks(capture_rank, world, workers, lambda r: say(

@@ -86,12 +86,10 @@ def stage_times(capture: Optional[dict], proof: float, confirm: float) -> dict:
 
 def without_timings(report: dict) -> dict:
     """A JSON report (``Report.to_json()``) less what depends on the machine's speed and on
-    the executor (stats.timings and the seconds; ``rank_classes``, which says which ranks'
-    graphs were derived from one traced rank: a serial capture shares traces by class, an
-    executor traces every rank on its workers): what every executor must give alike."""
+    the executor (stats.timings and the seconds): what every executor must give alike
+    (``rank_classes`` included: every executor captures one representative per class)."""
     out = {**report, "stats": {k: v for k, v in report.get("stats", {}).items()
                                if k not in ("timings", "seconds", "wall_seconds")}}
-    out.pop("rank_classes", None)
     for part in ("confirmation", "temporal"):
         if out.get(part):
             out[part] = {k: v for k, v in out[part].items() if k != "seconds"}

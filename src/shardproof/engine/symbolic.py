@@ -8,8 +8,12 @@ from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..ops.registry import RuleCtx, apply_rule, failed_check, lookup
 from .budget import check as check_budget
+from .classes import ClassProof, tracked_ctx
 from .lockstep import CollectiveMismatch, resolve, run_lockstep
 from .tables import Tables
+
+
+CLASS_PROOF = True  # interpret a node once per rank class where its members' operands agree (engine/classes.py)
 
 
 @dataclass
@@ -26,6 +30,7 @@ class SymbolicRun:
     dist: list[dict]
     unsupported: list[Unsupported] = field(default_factory=list)
     mismatch: CollectiveMismatch | None = None
+    classes: dict | None = None  # local ops interpreted and reused per rank class (engine/classes.py)
 
 
 def _opaque(terms: TermStore, node: Node, rank) -> object:
@@ -40,7 +45,7 @@ def _opaque(terms: TermStore, node: Node, rank) -> object:
 
 
 def _evaluator(terms: TermStore, inputs: dict[str, Val], unsupported: list, world: int, label,
-               tables: Tables | None = None):
+               tables: Tables | None = None, ctx_type: type = RuleCtx):
     def eval_node(rank: int, node: Node, env: dict):
         out = _eval(rank, node, env)
         return out if tables is None else tables.settle(None if label == "seq" else rank, node, out)
@@ -68,7 +73,7 @@ def _evaluator(terms: TermStore, inputs: dict[str, Val], unsupported: list, worl
             return _opaque(terms, node, who)
         args = resolve(node.args, env)
         kwargs = {k: resolve(v, env) for k, v in node.kwargs.items()}
-        ctx = RuleCtx(terms, node, rank, world)
+        ctx = ctx_type(terms, node, rank, world)
         try:
             return apply_rule(opdef, ctx, args, kwargs)
         except Exception as exc:  # a rule that cannot handle these arguments: say so, never guess
@@ -107,9 +112,13 @@ def interpret(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, Val],
     terms.reference = frozenset(v.t for v in _vals(seq_run.envs[0].values()))
     world = dist.world_size
 
-    evals = [_evaluator(terms, dist_inputs[r], unsupported, world, "dist", tables) for r in range(world)]
-    dist_run = run_lockstep(dist.graphs, lambda r, n, env: evals[r](r, n, env), eval_collective)
-    return SymbolicRun(terms, seq_run.envs[0], dist_run.envs, unsupported, dist_run.mismatch)
+    reads = [0]  # the rules' reads of the rank (a node whose rule read it is interpreted per rank)
+    ctx_type = tracked_ctx(reads) if CLASS_PROOF and dist.classes else RuleCtx
+    evals = [_evaluator(terms, dist_inputs[r], unsupported, world, "dist", tables, ctx_type) for r in range(world)]
+    by_class = ClassProof(dist, evals, reads, unsupported, tables) if ctx_type is not RuleCtx else None
+    dist_run = run_lockstep(dist.graphs, by_class or (lambda r, n, env: evals[r](r, n, env)), eval_collective)
+    return SymbolicRun(terms, seq_run.envs[0], dist_run.envs, unsupported, dist_run.mismatch,
+                       by_class.stats() if by_class else None)
 
 
 def _vals(values):

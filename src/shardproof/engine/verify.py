@@ -335,6 +335,8 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
                                for k, b in bindings.items()})
     report.stats = {"nodes_seq": len(seq.nodes), "nodes_dist": sum(len(g.nodes) for g in dist.graphs),
                     "terms": len(terms.terms)}
+    if run.classes:
+        report.stats["class_proof"] = run.classes
     expect = expect or {}
     stage(1)
     checks, broken = _check_outputs(run, relater, seq, dist, expect)

@@ -47,16 +47,18 @@ class _Guarded:
 
 
 def map_ranks(capture: Callable[[int], Any], world: int, workers: int | None = None,
-              progress: Callable[[int], None] | None = None, executor: ex.Executor | None = None) -> list:
+              progress: Callable[[int], None] | None = None, executor: ex.Executor | None = None,
+              labels: list | None = None) -> list:
     """``[capture(rank) for rank in range(world)]`` on `executor` (default: a local pool
     of `workers` forked processes, None: :func:`default_workers`); `progress(rank)` before
-    each rank is submitted."""
+    each rank is submitted. `labels`: the units' names (default ``rank R``)."""
+    labels = labels or [f"rank {r}" for r in range(world)]
     if executor is None:
         executor = ex.LocalExecutor(default_workers(world) if workers is None else max(1, workers))
     if executor.kind != "ray" and (executor.workers == 1 or world == 1):  # in this process: errors as raised
-        return executor.map(capture, range(world), "capture", [f"rank {r}" for r in range(world)], progress)
+        return executor.map(capture, range(world), "capture", labels, progress)
     from .torch_capture import CaptureError
-    results = executor.map(_Guarded(capture), range(world), "capture", [f"rank {r}" for r in range(world)], progress)
+    results = executor.map(_Guarded(capture), range(world), "capture", labels, progress)
     for status, payload in results:
         if status == "capture":
             raise CaptureError(payload)
@@ -65,15 +67,32 @@ def map_ranks(capture: Callable[[int], Any], world: int, workers: int | None = N
     return [payload for _, payload in results]
 
 
+def _resolve(workers: int | None, executor: ex.Executor | None) -> tuple:
+    """(workers, executor) as given, else the run's executor, else :data:`CAPTURE_WORKERS`."""
+    if executor is None and workers is None:
+        executor = ex.active()
+    if executor is None:
+        workers = CAPTURE_WORKERS if workers is None else workers
+    return workers or None, executor
+
+
+def capture_classes(capture_class: Callable[[int], tuple], classes: list, workers: int | None = None,
+                    progress: Callable[[int], None] | None = None, executor: ex.Executor | None = None) -> list:
+    """``capture_class(i)`` for each rank class (frontends/rank_classes.py), one unit each,
+    named after its representative, on the executor :func:`capture_ranks` would use;
+    `progress(representative)` before each is submitted."""
+    workers, executor = _resolve(workers, executor)
+    labels = [f"rank {c[0]}" + (f" (class of {len(c)} ranks)" if len(c) > 1 else "") for c in classes]
+    return map_ranks(capture_class, len(classes), workers, progress and (lambda i: progress(classes[i][0])),
+                     executor, labels)
+
+
 def capture_ranks(capture_rank: Callable[[int], tuple], world: int, workers: int | None = None,
                   progress: Callable[[int], None] | None = None,
                   executor: ex.Executor | None = None) -> tuple[list, list]:
     """(graphs, input values) of every rank, `capture_rank(rank)` giving each pair, on
     `executor`, else on `workers` local processes (None: the run's executor, else
     :data:`CAPTURE_WORKERS`; 0: :func:`default_workers`)."""
-    if executor is None and workers is None:
-        executor = ex.active()
-    if executor is None:
-        workers = CAPTURE_WORKERS if workers is None else workers
-    results = map_ranks(capture_rank, world, workers or None, progress, executor)
+    workers, executor = _resolve(workers, executor)
+    results = map_ranks(capture_rank, world, workers, progress, executor)
     return [g for g, _ in results], [v for _, v in results]

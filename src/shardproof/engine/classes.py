@@ -1,0 +1,158 @@
+"""The proof by rank class (issue 16, symmetry): a node is interpreted once per class of
+ranks and its value reused by every member that reaches it with the same operand values.
+
+A class (frontends/rank_classes.py) is a set of ranks whose graphs are one graph up to
+their collectives' groups; the members' input relations are the same placement formula
+instantiated at each member's mesh coordinate (a dp rank's batch block), so what a member
+computes differs from its representative's only through the operands that formula makes
+rank-specific. The interpreter runs every member's program as before (lockstep: the
+collectives pair up per group exactly as without classes), but a member's local op is not
+re-interpreted when
+
+- its node is the class's node (same op, type, arguments and keyword arguments, operands
+  by name), and
+- its operands hold *the same* relations (term and layout) as the member that interpreted
+  it first, and
+- the op's rule did not read the rank it ran on (tracked), nor failed or met an op without
+  a rule (those are interpreted per rank, so a finding names its own rank).
+
+A rule is a function of the node, its operands' relations and the rank, so the value is the
+one the member would have built: sharing is exact, never a guess. Values that the
+placement formula makes rank-specific (a dp rank's activations and local gradients) differ
+per member and are interpreted per member; everything the ranks hold alike (parameters,
+their transposes and casts, the gradients after the dp all_reduce, the optimizer step) is
+interpreted once per class. A rank whose program or input relation differs is in a class of
+its own (nothing to share): today's path.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..ir.graph import DistributedProgram, Node
+from ..ops.registry import RuleCtx
+from .lockstep import is_collective
+
+
+def tracked_ctx(reads: list) -> type:
+    """A :class:`RuleCtx` that counts reads of its rank into ``reads[0]``."""
+
+    class Tracked(RuleCtx):
+        @property
+        def rank(self):
+            reads[0] += 1
+            return self._rank
+
+        @rank.setter
+        def rank(self, value):
+            self._rank = value
+    return Tracked
+
+
+def _shape(value):
+    """An argument structure with nodes by name (two ranks' derived nodes compare equal)."""
+    if isinstance(value, Node):
+        return ("node", value.name)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_shape(v) for v in value)
+    if isinstance(value, dict):
+        return ("dict",) + tuple((k, _shape(v)) for k, v in sorted(value.items()))
+    return value
+
+
+def _same_node(a: Node, b: Node) -> bool:
+    """Same op, name, type, arguments (operands by name) and operand types (a rule may read
+    an operand's strides)."""
+    try:
+        return (a.op == b.op and a.name == b.name and a.type == b.type
+                and _shape(a.args) == _shape(b.args) and _shape(a.kwargs) == _shape(b.kwargs)
+                and [x.type for x in a.inputs] == [y.type for y in b.inputs])
+    except Exception:  # noqa: BLE001  (arguments that do not compare: not shared)
+        return False
+
+
+class ClassProof:
+    """Wraps the per-rank evaluators of the distributed program (see the module doc).
+    `stats()`: local ops interpreted and reused, per rank.
+
+    Operands are compared by identity: a value one member interpreted and the others reused
+    is one object; the values that enter otherwise (inputs, collectives' results) are
+    interned by their relation (term and layout), once per object."""
+
+    def __init__(self, dist: DistributedProgram, evals: list[Callable], reads: list, unsupported: list,
+                 tables=None):
+        self.cls = {r: i for i, c in enumerate(dist.classes or []) if len(c.get("ranks") or []) > 1
+                    and c.get("derived") for r in c["ranks"]}
+        self.evals = evals
+        self.reads = reads
+        self.unsupported = unsupported
+        self.tables = tables
+        self.memo: dict = {}  # (class, node name, operands) -> (node, value, table value)
+        self.same: dict = {}  # (rank, node name) -> whether its node is the one the memo entry was made from
+        self.interned: dict = {}  # relation key -> the first object holding it
+        self.by_id: dict = {}  # id(object) -> (its interned object, the object: kept alive)
+        self.rank_specific: set = set()  # (class, node name): its rule read the rank
+        self.interpreted = [0] * len(dist.graphs)
+        self.reused = [0] * len(dist.graphs)
+
+    def _intern(self, value):
+        from ..algebra.layout import Val
+        if isinstance(value, (tuple, list)):
+            return type(value)(self._intern(v) for v in value)
+        if not isinstance(value, Val):
+            return value
+        hit = self.by_id.get(id(value))
+        if hit is None:
+            hit = (self.interned.setdefault(value.key(), value), value)
+            self.by_id[id(value)] = hit
+        return hit[0]
+
+    def _operand(self, node: Node, env: dict):
+        value = env[node]
+        return self._identity(self._intern(value) if node.op == "input" or is_collective(node) else value)
+
+    def _identity(self, value):
+        """A key of a value: literals by value, sequences by their items' keys, anything else
+        by the identity of an object that lives as long as the run (an environment's value, or
+        an interned one)."""
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return ("lit", type(value).__name__, value)
+        if isinstance(value, (tuple, list)):
+            return ("seq",) + tuple(self._identity(v) for v in value)
+        return id(value)
+
+    def __call__(self, rank: int, node: Node, env: dict):
+        cls = self.cls.get(rank)
+        if cls is None or node.op == "input":
+            self.interpreted[rank] += 1
+            out = self.evals[rank](rank, node, env)
+            return out if cls is None else self._intern(out)
+        key = None
+        if (cls, node.name) not in self.rank_specific:
+            key = (cls, node.name, tuple(self._operand(x, env) for x in node.inputs))
+            hit = self.memo.get(key)
+            if hit is not None:
+                same = self.same.get((rank, node.name))
+                if same is None:
+                    same = self.same[(rank, node.name)] = node is hit[0] or _same_node(node, hit[0])
+                if same:
+                    from .budget import check as check_budget
+                    check_budget(node, rank)
+                    if hit[2] is not None and self.tables is not None:
+                        self.tables.values[(rank, node.name)] = hit[2]
+                    self.reused[rank] += 1
+                    return hit[1]
+                key = None
+        reads, failed = self.reads[0], len(self.unsupported)
+        out = self.evals[rank](rank, node, env)
+        self.interpreted[rank] += 1
+        if self.reads[0] != reads:
+            self.rank_specific.add((cls, node.name))
+        elif key is not None and len(self.unsupported) == failed and key not in self.memo:
+            table = None if self.tables is None else self.tables.values.get((rank, node.name))
+            self.memo[key] = (node, out, table)
+        return out
+
+    def stats(self) -> dict:
+        """Per rank: local ops interpreted and reused; totals."""
+        return {"interpreted": sum(self.interpreted), "reused": sum(self.reused),
+                "interpreted_by_rank": list(self.interpreted), "reused_by_rank": list(self.reused)}
