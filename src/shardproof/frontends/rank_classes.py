@@ -280,7 +280,8 @@ def capture_by_class(make_program: Callable, world: int, data_of: Callable, trai
         rep, keep = members[0], {}
         if say:
             say(rep)
-        graphs[rep], values[rep] = capture_rank_step(make_program, rep, world, data_of(rep), train, events, keep)
+        from .microbatches import capture_rank  # the microbatch loop derived where it repeats one program
+        graphs[rep], values[rep], loop = capture_rank(make_program, rep, world, data_of(rep), train, events, keep)
         derived = len(members) > 1 and derivable(graphs[rep], fps[rep])
         for r in members[1:]:
             if derived:
@@ -290,5 +291,5 @@ def capture_by_class(make_program: Callable, world: int, data_of: Callable, trai
             else:
                 graphs[r], values[r] = capture_rank_step(make_program, r, world, data_of(r), train, events)
         out.append({"representative": rep, "ranks": members, "derived": derived,
-                    "microbatch_classes": microbatch_classes(fps[rep])})
+                    "microbatch_classes": microbatch_classes(fps[rep])} | ({"microbatch_loop": loop} if loop else {}))
     return graphs, values, out
