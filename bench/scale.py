@@ -38,8 +38,10 @@ def configs(sweep) -> list:
     return out
 
 
-def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True) -> dict:
-    """Capture and prove one configuration in this process."""
+def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True, whole_loops=False, confirm=False) -> dict:
+    """Capture and prove one configuration in this process (`whole_loops`: every microbatch
+    traced, frontends/microbatches.py off; `confirm`: then the confirmation by execution, timed
+    on its own)."""
     sys.path.insert(0, HERE)
     import torch
     import llama_stack
@@ -47,6 +49,8 @@ def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True) -> dict:
     from shardproof.api import NO_CONFIRM, capture_case, prepare, verify_prepared
     torch.set_num_threads(1)
     api.SYMMETRY = symmetry
+    from shardproof.frontends import microbatches as mb_loops
+    mb_loops.ENABLED = not whole_loops
     capture_case(llama_stack.case(1, 1, 2, 1), 2)  # warm-up: imports, caches
     case = llama_stack.case(n_layers, dp, tp, microbatches)
     options = {} if workers is None else {"workers": workers}
@@ -58,13 +62,20 @@ def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True) -> dict:
     prove_s, prove_cpu = time.perf_counter() - t1, time.process_time() - c1
     nodes = len(p.seq.nodes) + sum(len(g.nodes) for g in p.dist.graphs)
     traced = len(p.dist.classes) if p.dist.classes else dp * tp  # ranks traced (one per class with symmetry)
+    loops = [c["microbatch_loop"]["traced"] for c in p.dist.classes if c.get("microbatch_loop")]
+    confirmed = {}
+    if confirm:  # all microbatches of every rank run on gloo
+        from shardproof.api import confirm as run_confirmation
+        t2 = time.perf_counter()
+        status = run_confirmation(p, report).status
+        confirmed = {"confirm_s": round(time.perf_counter() - t2, 2), "confirmed": status}
     proved = report.status == "unknown" and (report.reason or "").startswith("proved, but not confirmed")
     engine = "proved" if proved else report.status  # confirmation by execution is not run here
     return {"N": n_layers, "dp": dp, "tp": tp, "M": microbatches, "ranks": dp * tp, "traced": traced, "nodes": nodes,
             "capture_s": round(capture_s, 2), "capture_cpu_s": round(capture_cpu, 2),
             "ms_per_node": round(1000 * capture_cpu / nodes, 3), "prove_s": round(prove_s, 2),
             "prove_cpu_s": round(prove_cpu, 2),
-            "verdict": engine, "reason": (report.reason or "")[:80],
+            "verdict": engine, "reason": (report.reason or "")[:80], "loops_traced": loops, **confirmed,
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
 
@@ -126,6 +137,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int)
     ap.add_argument("--no-symmetry", action="store_true", help="trace every rank (the baseline before issue 16's symmetry)")
     ap.add_argument("--only", nargs="*", help="configurations N,dp,tp,M")
+    ap.add_argument("--whole-loops", action="store_true", help="trace every microbatch (before issue 16's microbatch loops)")
+    ap.add_argument("--confirm", action="store_true", help="also time the confirmation by execution (gloo), apart")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--blocks", action="store_true", help="the layer stack by block contracts (--only N,tp)")
     ap.add_argument("--one-blocks", help=argparse.SUPPRESS)
@@ -137,16 +150,18 @@ def main() -> None:
         blocks_table([tuple(map(int, c.split(","))) for c in args.only] if args.only else [(1, 2), (8, 2)])
         return
     if args.one:
-        print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers, symmetry=not args.no_symmetry)))
+        print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers, symmetry=not args.no_symmetry,
+                             whole_loops=args.whole_loops, confirm=args.confirm)))
         return
     todo = [tuple(map(int, c.split(","))) for c in args.only] if args.only else configs(QUICK if args.quick else SWEEP)
     print("| N | dp | tp | M | ranks (traced) | nodes | capture s (wall) | capture s (CPU) | capture CPU ms / node "
-          "| proof s (wall) | proof s (CPU) | engine verdict | peak MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| proof s (wall) | proof s (CPU) | engine verdict | peak MB | microbatches traced | confirm s (wall) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = {}
     for c in todo:
         extra = ["--workers", str(args.workers)] if args.workers is not None else []
         extra += ["--no-symmetry"] if args.no_symmetry else []
+        extra += ["--whole-loops"] * args.whole_loops + ["--confirm"] * args.confirm
         r = _subprocess(["--one", ",".join(map(str, c))] + extra)
         if isinstance(r, str):
             print(f"| {' | '.join(map(str, c))} | failed: {r} |")
@@ -154,7 +169,8 @@ def main() -> None:
         rows[c] = r
         print(f"| {r['N']} | {r['dp']} | {r['tp']} | {r['M']} | {r['ranks']} ({r['traced']}) | {r['nodes']} | {r['capture_s']} "
               f"| {r['capture_cpu_s']} | {r['ms_per_node']} | {r['prove_s']} | {r['prove_cpu_s']} | {r['verdict']} "
-              f"| {r['peak_mb']} |",
+              f"| {r['peak_mb']} | {' '.join(map(str, r['loops_traced'])) or 'all'} "
+              f"| {r.get('confirm_s', '-')} {r.get('confirmed', '')} |",
               flush=True)
     for line in ratios(rows):
         print(line)

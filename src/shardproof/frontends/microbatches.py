@@ -40,6 +40,7 @@ from .torch_collectives import COLLECTIVE_PREFIXES, functional_collectives
 from .torch_p2p import PIPELINE_META, attach_events, recording as p2p_recording
 
 MIN_SAVED = 1  # derive only where at least this many microbatches are not traced
+ENABLED = True  # False: every microbatch traced (the bench's baseline)
 
 
 class MicrobatchRecord(OpRecord):
@@ -366,7 +367,7 @@ def capture_loop(make_program, rank: int, world: int, data: dict, train, events:
     and derived (module doc); None where the rule does not apply (trace the loop whole).
     `info`: ``{"microbatches", "traced", "generic", "derived"}`` for the report."""
     count = getattr(train, "microbatches", 1) or 1
-    if count < 3:
+    if count < 3 or not ENABLED:
         return None
     with functional_collectives():
         full = _record(make_program, rank, world, data, train)
