@@ -34,9 +34,9 @@ from dataclasses import replace
 
 import torch
 
-from .rank_classes import OpRecord, _current_microbatch
-from .torch_capture import _op_name, fake_world, from_fx, group_ranks
-from .torch_collectives import COLLECTIVE_PREFIXES, functional_collectives
+from .rank_classes import OpRecord, _current_microbatch, plain_step
+from .torch_capture import fake_world, from_fx
+from .torch_collectives import ASYNC_ISSUED, COLLECTIVE_PREFIXES, functional_collectives
 from .torch_p2p import PIPELINE_META, attach_events, recording as p2p_recording
 
 MIN_SAVED = 1  # derive only where at least this many microbatches are not traced
@@ -85,11 +85,7 @@ class MicrobatchRecord(OpRecord):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        op = _op_name(func)
-        if op.startswith(COLLECTIVE_PREFIXES) and args and isinstance(args[-1], str):
-            self.groups.append(group_ranks(args[-1]))
-            args = args[:-1] + ("<group>",)
+        out, op, args = self._call(func, args, kwargs)
         seg = self._ctx = self._segment(_current_microbatch())
         ops = self.segments.setdefault(seg, [])
         outs = out if isinstance(out, (tuple, list)) else (out,)
@@ -142,22 +138,19 @@ def _record(make_program, rank: int, world: int, data: dict, train):
     """(record, step inputs, output names, eager outputs, events, program) of rank `rank`'s
     step run eagerly; None where the program is not a plain training step."""
     from torch.fx import traceback as fx_traceback
-    from .torch_fsdp import fsdp_params
-    from .torch_train import step_function
     with fake_world(rank, world):
         try:
-            program = make_program(rank, world)
-            if not callable(getattr(program, "train_step", None)) or fsdp_params(program):
+            step = plain_step(make_program, rank, world, data, train)
+            if step is None:
                 return None
-            flat_fn, inputs, names, _, specs = step_function(program, data, train, lambda m, *a: m.train_step(*a))
-            if specs:
-                return None
-            values = [v.detach() if isinstance(v, torch.Tensor) else v for v in inputs.values()]
-            record = MicrobatchRecord(values, train.microbatches)
+            program, flat_fn, inputs, names, values = step
+            record, issued = MicrobatchRecord(values, train.microbatches), ASYNC_ISSUED[0]
             with p2p_recording() as events, fx_traceback.preserve_node_meta(), record:
                 outs = flat_fn(*values)
             returned = record.returned(outs)
         except Exception:  # noqa: BLE001  (the full trace reports it)
+            return None
+        if ASYNC_ISSUED[0] > issued:  # async collectives: their events come from an eager run of the whole step
             return None
     if any(getattr(e, "peer", None) is not None for e in events):
         return None

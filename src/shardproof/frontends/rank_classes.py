@@ -84,13 +84,19 @@ class OpRecord(TorchDispatchMode):
             return a
         return str(a)  # dtypes, devices, layouts, memory formats
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+    def _call(self, func, args, kwargs):
+        """Run the op: (its output, its name, its args with a collective's group abstracted
+        and kept aside)."""
         out = func(*args, **kwargs)
         op = _op_name(func)
         if op.startswith(COLLECTIVE_PREFIXES) and args and isinstance(args[-1], str):
             self.groups.append(group_ranks(args[-1]))
             args = args[:-1] + ("<group>",)
+        return out, op, args
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out, op, args = self._call(func, args, kwargs)
         mb = _current_microbatch()
         if mb is not None and mb not in self._mb_start:
             self._mb_start[mb] = self._tensors
@@ -119,23 +125,33 @@ def _current_microbatch():
     return where[1] if isinstance(where, tuple) and where[0] is None else None
 
 
+def plain_step(make_program: Callable, rank: int, world: int, data: dict, train):
+    """``(program, flat_fn, inputs, output names, input values)`` of rank `rank`'s step, inside
+    its fake world; None where it is not one the eager records cover (no ``train_step``,
+    DTensor or FSDP state). Raises what building the program raises."""
+    from .torch_fsdp import fsdp_params
+    from .torch_train import step_function
+    program = make_program(rank, world)
+    if not callable(getattr(program, "train_step", None)) or fsdp_params(program):
+        return None
+    flat_fn, inputs, outputs, _, specs = step_function(program, data, train, lambda m, *a: m.train_step(*a))
+    if specs:
+        return None
+    return program, flat_fn, inputs, outputs, [v.detach() if isinstance(v, torch.Tensor) else v for v in inputs.values()]
+
+
 def fingerprint_step(make_program: Callable, rank: int, world: int, data: dict, train,
                      routed: bool = False) -> Fingerprint | None:
     """Rank `rank`'s eager record (None where the program is not one this covers, or its
     eager run fails: it is then captured fully, which reports any error). `routed`: the
     caller holds :func:`functional_collectives` already (entering it scans every module)."""
     from torch.fx import traceback as fx_traceback
-    from .torch_fsdp import fsdp_params
-    from .torch_train import step_function
     with fake_world(rank, world):
         try:
-            program = make_program(rank, world)
-            if not callable(getattr(program, "train_step", None)) or fsdp_params(program):
+            step = plain_step(make_program, rank, world, data, train)
+            if step is None:
                 return None
-            flat_fn, inputs, outputs, _, specs = step_function(program, data, train, lambda m, *a: m.train_step(*a))
-            if specs:
-                return None
-            values = [v.detach() if isinstance(v, torch.Tensor) else v for v in inputs.values()]
+            _, flat_fn, inputs, outputs, values = step
             issued = ASYNC_ISSUED[0]
             record = OpRecord(values)
             with contextlib.nullcontext() if routed else functional_collectives(), p2p_recording() as events, \

@@ -1,16 +1,10 @@
 """Bug: the last of 8 microbatches' gradients replace the accumulated ones instead of adding
-to them (a missing accumulation in that microbatch only; issue 16)."""
-from mb8_mlp_train import CountedMicrobatches, case as mb8_case
+to them (a missing accumulation in that microbatch only; issue 16). The program is the
+4-microbatch symmetry case's (tests/cases/symmetry), run with 8."""
+from mb8_mlp_train import case as mb8_case
+from mb4_mlp_train_last_not_accumulated import LastNotAccumulated
 
 WORLD_SIZES = (2,)
-
-
-class LastNotAccumulated(CountedMicrobatches):
-    def accumulate(self, grads, new, train):
-        self.seen += 1
-        if self.seen == train.microbatches:
-            return dict(new)  # BUG: the earlier microbatches' gradients dropped
-        return super().accumulate(grads, new, train)
 
 
 def case(world_size: int = 2):
