@@ -59,6 +59,7 @@ def test_plan():
     assert microbatches.plan([a, b, c, c, c, c, c, d]) == (2, True)
     assert microbatches.plan([a, b, c, d, b, c, c, c]) == (5, False), "an odd middle microbatch is traced"
     assert microbatches.plan([a, b, c, d]) is None, "nothing left to derive"
+    assert microbatches.plan([a, b, c, c]) is None, "one microbatch derived costs more than traced"
     assert microbatches.plan([a, a]) is None
 
 
@@ -67,6 +68,8 @@ def test_correct_step_traced_reduced_and_verified(correct):
     assert report.status == "verified", report
     assert traced == [3], "one trace, of 3 microbatches (first, second, generic)"
     assert _loop(report) == {"microbatches": 8, "traced": [0, 1, 2], "generic": 2, "derived": [3, 4, 5, 6, 7]}
+    from shardproof.report.terminal import rank_classes_text
+    assert rank_classes_text(report).endswith("(microbatches 3-7 derived from 2)"), rank_classes_text(report)
     marked = {m for _, m in p.dist.graphs[1].positions.values()}
     assert marked == set(range(8)), "every microbatch's nodes are marked, on the derived rank too"
 

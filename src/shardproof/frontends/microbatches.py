@@ -39,7 +39,8 @@ from .torch_capture import fake_world, from_fx
 from .torch_collectives import ASYNC_ISSUED, COLLECTIVE_PREFIXES, functional_collectives
 from .torch_p2p import PIPELINE_META, attach_events, recording as p2p_recording
 
-MIN_SAVED = 1  # derive only where at least this many microbatches are not traced
+MIN_SAVED = 2  # derive only where at least this many microbatches are not traced (bench: deriving one
+# costs more than tracing it -- two eager records, the meta run, the derived graph)
 ENABLED = True  # False: every microbatch traced (the bench's baseline)
 
 
