@@ -23,7 +23,8 @@ tensors with the full inputs, its collectives must be the full record's, and it 
 on the full inputs against the eager outputs (a derivation slip, e.g. a shape baked into the
 trace, is refused). Whatever fails falls back to tracing the whole loop (``None``).
 
-The proof then interprets the derived graph (every microbatch); only the capture is flat.
+The proof then interprets the derived graph (every microbatch): only the tracing is reduced;
+the capture is cheaper, not flat in M (bench/README.md section 9).
 """
 from __future__ import annotations
 
