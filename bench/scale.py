@@ -38,8 +38,11 @@ def configs(sweep) -> list:
     return out
 
 
-def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True, class_proof=True) -> dict:
-    """Capture and prove one configuration in this process."""
+def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True, class_proof=True, whole_loops=False,
+        confirm=False) -> dict:
+    """Capture and prove one configuration in this process (`whole_loops`: every microbatch
+    traced, frontends/microbatches.py off; `confirm`: then the confirmation by execution, timed
+    on its own)."""
     sys.path.insert(0, HERE)
     import torch
     import llama_stack
@@ -49,6 +52,8 @@ def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True, class_proof
     api.SYMMETRY = symmetry
     from shardproof.engine import symbolic
     symbolic.CLASS_PROOF = class_proof
+    from shardproof.frontends import microbatches as mb_loops
+    mb_loops.ENABLED = not whole_loops
     capture_case(llama_stack.case(1, 1, 2, 1), 2)  # warm-up: imports, caches
     case = llama_stack.case(n_layers, dp, tp, microbatches)
     options = {} if workers is None else {"workers": workers}
@@ -56,17 +61,21 @@ def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True, class_proof
     p = prepare(case, dp * tp, **options)
     capture_s, capture_cpu = time.perf_counter() - t0, time.process_time() - c0
     t1, c1 = time.perf_counter(), time.process_time()
-    report = verify_prepared(p, confirm_draws=NO_CONFIRM, fixes=False)
-    prove_s, prove_cpu = time.perf_counter() - t1, time.process_time() - c1
+    report = verify_prepared(p, confirm_draws=None if confirm else NO_CONFIRM, fixes=False)
+    conf = report.confirmation.seconds if confirm and report.confirmation else 0.0  # every microbatch run on gloo
+    prove_s, prove_cpu = time.perf_counter() - t1 - conf, time.process_time() - c1
     nodes = len(p.seq.nodes) + sum(len(g.nodes) for g in p.dist.graphs)
     traced = len(p.dist.classes) if p.dist.classes else dp * tp  # ranks traced (one per class with symmetry)
-    proved = report.status == "unknown" and (report.reason or "").startswith("proved, but not confirmed")
+    loops = [c["microbatch_loop"]["traced"] for c in p.dist.classes if c.get("microbatch_loop")]
+    confirmed = {"confirm_s": round(conf, 2), "confirmed": report.status} if confirm else {}
+    proved = report.status == "verified" or (report.status == "unknown" and (report.reason or "").startswith(
+        "proved, but not confirmed"))
     engine = "proved" if proved else report.status  # confirmation by execution is not run here
     return {"N": n_layers, "dp": dp, "tp": tp, "M": microbatches, "ranks": dp * tp, "traced": traced, "nodes": nodes,
             "capture_s": round(capture_s, 2), "capture_cpu_s": round(capture_cpu, 2),
             "ms_per_node": round(1000 * capture_cpu / nodes, 3), "prove_s": round(prove_s, 2),
             "prove_cpu_s": round(prove_cpu, 2),
-            "verdict": engine, "reason": (report.reason or "")[:80],
+            "verdict": engine, "reason": (report.reason or "")[:80], "loops_traced": loops, **confirmed,
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
 
@@ -130,6 +139,8 @@ def main() -> None:
     ap.add_argument("--no-class-proof", action="store_true",
                     help="interpret every rank's ops (the proof before engine/classes.py)")
     ap.add_argument("--only", nargs="*", help="configurations N,dp,tp,M")
+    ap.add_argument("--whole-loops", action="store_true", help="trace every microbatch (before issue 16's microbatch loops)")
+    ap.add_argument("--confirm", action="store_true", help="also time the confirmation by execution (gloo), apart")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--blocks", action="store_true", help="the layer stack by block contracts (--only N,tp)")
     ap.add_argument("--one-blocks", help=argparse.SUPPRESS)
@@ -142,17 +153,19 @@ def main() -> None:
         return
     if args.one:
         print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers, symmetry=not args.no_symmetry,
-                             class_proof=not args.no_class_proof)))
+                             class_proof=not args.no_class_proof, whole_loops=args.whole_loops,
+                             confirm=args.confirm)))
         return
     todo = [tuple(map(int, c.split(","))) for c in args.only] if args.only else configs(QUICK if args.quick else SWEEP)
     print("| N | dp | tp | M | ranks (traced) | nodes | capture s (wall) | capture s (CPU) | capture CPU ms / node "
-          "| proof s (wall) | proof s (CPU) | engine verdict | peak MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| proof s (wall) | proof s (CPU) | engine verdict | peak MB | microbatches traced | confirm s (wall) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = {}
     for c in todo:
         extra = ["--workers", str(args.workers)] if args.workers is not None else []
         extra += ["--no-symmetry"] if args.no_symmetry else []
         extra += ["--no-class-proof"] if args.no_class_proof else []
+        extra += ["--whole-loops"] * args.whole_loops + ["--confirm"] * args.confirm
         r = _subprocess(["--one", ",".join(map(str, c))] + extra)
         if isinstance(r, str):
             print(f"| {' | '.join(map(str, c))} | failed: {r} |")
@@ -160,7 +173,8 @@ def main() -> None:
         rows[c] = r
         print(f"| {r['N']} | {r['dp']} | {r['tp']} | {r['M']} | {r['ranks']} ({r['traced']}) | {r['nodes']} | {r['capture_s']} "
               f"| {r['capture_cpu_s']} | {r['ms_per_node']} | {r['prove_s']} | {r['prove_cpu_s']} | {r['verdict']} "
-              f"| {r['peak_mb']} |",
+              f"| {r['peak_mb']} | {' '.join(map(str, r['loops_traced'])) or 'all'} "
+              f"| {r.get('confirm_s', '-')} {r.get('confirmed', '')} |",
               flush=True)
     for line in ratios(rows):
         print(line)

@@ -84,13 +84,19 @@ class OpRecord(TorchDispatchMode):
             return a
         return str(a)  # dtypes, devices, layouts, memory formats
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+    def _call(self, func, args, kwargs):
+        """Run the op: (its output, its name, its args with a collective's group abstracted
+        and kept aside)."""
         out = func(*args, **kwargs)
         op = _op_name(func)
         if op.startswith(COLLECTIVE_PREFIXES) and args and isinstance(args[-1], str):
             self.groups.append(group_ranks(args[-1]))
             args = args[:-1] + ("<group>",)
+        return out, op, args
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out, op, args = self._call(func, args, kwargs)
         mb = _current_microbatch()
         if mb is not None and mb not in self._mb_start:
             self._mb_start[mb] = self._tensors
@@ -119,23 +125,33 @@ def _current_microbatch():
     return where[1] if isinstance(where, tuple) and where[0] is None else None
 
 
+def plain_step(make_program: Callable, rank: int, world: int, data: dict, train):
+    """``(program, flat_fn, inputs, output names, input values)`` of rank `rank`'s step, inside
+    its fake world; None where it is not one the eager records cover (no ``train_step``,
+    DTensor or FSDP state). Raises what building the program raises."""
+    from .torch_fsdp import fsdp_params
+    from .torch_train import step_function
+    program = make_program(rank, world)
+    if not callable(getattr(program, "train_step", None)) or fsdp_params(program):
+        return None
+    flat_fn, inputs, outputs, _, specs = step_function(program, data, train, lambda m, *a: m.train_step(*a))
+    if specs:
+        return None
+    return program, flat_fn, inputs, outputs, [v.detach() if isinstance(v, torch.Tensor) else v for v in inputs.values()]
+
+
 def fingerprint_step(make_program: Callable, rank: int, world: int, data: dict, train,
                      routed: bool = False) -> Fingerprint | None:
     """Rank `rank`'s eager record (None where the program is not one this covers, or its
     eager run fails: it is then captured fully, which reports any error). `routed`: the
     caller holds :func:`functional_collectives` already (entering it scans every module)."""
     from torch.fx import traceback as fx_traceback
-    from .torch_fsdp import fsdp_params
-    from .torch_train import step_function
     with fake_world(rank, world):
         try:
-            program = make_program(rank, world)
-            if not callable(getattr(program, "train_step", None)) or fsdp_params(program):
+            step = plain_step(make_program, rank, world, data, train)
+            if step is None:
                 return None
-            flat_fn, inputs, outputs, _, specs = step_function(program, data, train, lambda m, *a: m.train_step(*a))
-            if specs:
-                return None
-            values = [v.detach() if isinstance(v, torch.Tensor) else v for v in inputs.values()]
+            _, flat_fn, inputs, outputs, values = step
             issued = ASYNC_ISSUED[0]
             record = OpRecord(values)
             with contextlib.nullcontext() if routed else functional_collectives(), p2p_recording() as events, \
@@ -264,15 +280,17 @@ def microbatch_classes(fp: Fingerprint | None) -> list[list[int]]:
 
 
 def capture_class(make_program: Callable, world: int, data_of: Callable, train, events: bool, members: list,
-                  fps: list) -> tuple[list, list, bool]:
-    """One class's (graphs, input values) in `members`' order, and whether the other members'
-    graphs were derived: the representative (``members[0]``) traced, each other member's graph
+                  fps: list) -> tuple[list, list, bool, dict | None]:
+    """One class's (graphs, input values) in `members`' order, whether the other members'
+    graphs were derived, and the representative's microbatch loop (frontends/microbatches.py:
+    derived where it repeats one program; None where traced whole): the representative (``members[0]``) traced, each other member's graph
     derived from it (:func:`derive_graph`), or traced too where the trace cannot stand for the
     class (:func:`derivable`). `fps`: the members' fingerprints. Runs where the executor puts it."""
     from .torch_train import capture_rank_step
     from .torch_events import rank_events
+    from .microbatches import capture_rank
     keep: dict = {}
-    graph, value = capture_rank_step(make_program, members[0], world, data_of(members[0]), train, events, keep)
+    graph, value, loop = capture_rank(make_program, members[0], world, data_of(members[0]), train, events, keep)
     graphs, values = [graph], [value]
     derived = len(members) > 1 and derivable(graph, fps[0])
     for r, fp in zip(members[1:], fps[1:]):
@@ -285,7 +303,7 @@ def capture_class(make_program: Callable, world: int, data_of: Callable, train, 
             g, v = capture_rank_step(make_program, r, world, data_of(r), train, events)
             graphs.append(g)
             values.append(v)
-    return graphs, values, derived
+    return graphs, values, derived, loop
 
 
 def capture_by_class(make_program: Callable, world: int, data_of: Callable, train, events: bool,
@@ -315,9 +333,9 @@ def capture_by_class(make_program: Callable, world: int, data_of: Callable, trai
     graphs: list = [None] * world
     values: list = [None] * world
     out = []
-    for members, (class_graphs, class_values, derived) in zip(classes, results):
+    for members, (class_graphs, class_values, derived, loop) in zip(classes, results):
         for r, g, v in zip(members, class_graphs, class_values):
             graphs[r], values[r] = g, v
         out.append({"representative": members[0], "ranks": members, "derived": derived,
-                    "microbatch_classes": microbatch_classes(fps[members[0]])})
+                    "microbatch_classes": microbatch_classes(fps[members[0]])} | ({"microbatch_loop": loop} if loop else {}))
     return graphs, values, out

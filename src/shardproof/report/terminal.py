@@ -115,6 +115,9 @@ def rank_classes_text(report: Report) -> str:
         part = f"rank {c['representative']}" + (f" ({how} it: {_spans(others)})" if others else " (alone)")
         if len(c.get("microbatch_classes") or ()) > 1:
             part += " microbatches " + " | ".join(_spans(m) for m in c["microbatch_classes"])
+        if c.get("microbatch_loop"):  # frontends/microbatches.py
+            loop = c["microbatch_loop"]
+            part += f" (microbatches {_spans(loop['derived'])} derived from {loop['generic']})"
         parts.append(part)
     return "rank classes: " + "; ".join(parts)
 

@@ -1,0 +1,140 @@
+"""Issue 16, microbatches flat in M (frontends/microbatches.py): a rank's gradient-accumulation
+loop is traced with the fewest microbatches holding each distinct microbatch program once
+(the first ones, the generic body, an odd last one), and the full loop's graph is derived by
+repeating the generic body -- only where the eager records of the full and the reduced loop
+agree segment by segment and the generic microbatches read their own slice of the batch.
+A microbatch whose program differs is traced as itself and a finding in it names it.
+Labels: each program run on a real gloo process group against the single-device step (slow)."""
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
+
+from shardproof.api import NO_CONFIRM, prepare, verify_prepared  # noqa: E402
+from shardproof.frontends import microbatches, torch_train  # noqa: E402
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases", "microbatch")
+sys.path.insert(0, HERE)
+
+import mb8_mlp_train  # noqa: E402
+import mb8_mlp_train_count_scaled  # noqa: E402
+import mb8_mlp_train_last_doubled  # noqa: E402
+import mb8_mlp_train_last_not_accumulated  # noqa: E402
+import mb8_mlp_train_middle_doubled  # noqa: E402
+
+
+def _run(module, confirm=False):
+    """(prepared, report, microbatch counts of the traces made), no fix search; confirmed by
+    execution only with `confirm` (a finding is the engine's own)."""
+    traced = []
+    original = torch_train.capture_rank_step
+
+    def counting(make_program, rank, world, data, train, *args, **kwargs):
+        traced.append(train.microbatches)
+        return original(make_program, rank, world, data, train, *args, **kwargs)
+    torch_train.capture_rank_step = counting
+    try:
+        case = module.case()
+        p = prepare(case, case.world_size)
+    finally:
+        torch_train.capture_rank_step = original
+    return p, verify_prepared(p, fixes=False, confirm_draws=None if confirm else NO_CONFIRM), traced
+
+
+def _loop(report):
+    assert len(report.rank_classes) == 1, report.rank_classes
+    return report.rank_classes[0].get("microbatch_loop")
+
+
+@pytest.fixture(scope="module")
+def correct():
+    return _run(mb8_mlp_train, confirm=True)
+
+
+def test_plan():
+    a, b, c, d = "abcd"
+    assert microbatches.plan([a, b, c, c, c, c, c, c]) == (2, False)
+    assert microbatches.plan([a, b, c, c, c, c, c, d]) == (2, True)
+    assert microbatches.plan([a, b, c, d, b, c, c, c]) == (5, False), "an odd middle microbatch is traced"
+    assert microbatches.plan([a, b, c, d]) is None, "nothing left to derive"
+    assert microbatches.plan([a, b, c, c]) is None, "one microbatch derived costs more than traced"
+    assert microbatches.plan([a, a]) is None
+
+
+def test_correct_step_traced_reduced_and_verified(correct):
+    p, report, traced = correct
+    assert report.status == "verified", report
+    assert traced == [3], "one trace, of 3 microbatches (first, second, generic)"
+    assert _loop(report) == {"microbatches": 8, "traced": [0, 1, 2], "generic": 2, "derived": [3, 4, 5, 6, 7]}
+    from shardproof.report.terminal import rank_classes_text
+    assert rank_classes_text(report).endswith("(microbatches 3-7 derived from 2)"), rank_classes_text(report)
+    marked = {m for _, m in p.dist.graphs[1].positions.values()}
+    assert marked == set(range(8)), "every microbatch's nodes are marked, on the derived rank too"
+
+
+def test_derived_loop_is_the_traced_one(correct):
+    """Soundness of the derivation: the derived graph is the one tracing all 8 microbatches
+    gives (node names, ops, arguments, types with layouts, sources, positions, outputs)."""
+    p, _, _ = correct
+    case = mb8_mlp_train.case()
+    data = case.dist_inputs(0, 2, case.inputs)
+    whole, _ = torch_train.capture_rank_step(case.distributed, 0, 2, data, case.train)
+
+    def sig(g):  # (the step's output detaches are attributed to the caller's line: not compared)
+        return ([(n.name, n.op, repr(n.args), repr(n.kwargs), n.type, n.source if n.op != "aten.detach" else None)
+                 for n in g.nodes], [(n.type.strides, n.type.offset) for n in g.inputs],
+                {k: v.name for k, v in g.outputs.items()}, g.positions)
+    assert sig(p.dist.graphs[0]) == sig(whole)
+
+
+def test_bug_in_the_last_microbatch_only_is_found_there():
+    _, report, traced = _run(mb8_mlp_train_last_doubled)
+    assert report.status == "violation", report
+    assert traced == [4] and _loop(report)["traced"] == [0, 1, 2, 7], "the odd last microbatch traced as itself"
+    assert _loop(report)["derived"] == [3, 4, 5, 6]
+    finding = report.findings[0]
+    assert finding.microbatch == 7 and "microbatch 7" in finding.message, finding
+    assert finding.kind == "scaling-mismatch" and finding.rank == [0, 1], finding
+
+
+def test_bug_in_a_middle_microbatch_is_found_there():
+    _, report, traced = _run(mb8_mlp_train_middle_doubled)
+    assert report.status == "violation", report
+    # microbatch 4 reads microbatch 3's (odd) accumulator: it too is traced as itself
+    assert traced == [6] and _loop(report) == {"microbatches": 8, "traced": [0, 1, 2, 3, 4, 5], "generic": 5,
+                                               "derived": [6, 7]}
+    finding = report.findings[0]
+    assert finding.microbatch == 3 and "microbatch 3" in finding.message, finding
+
+
+def test_missing_accumulation_in_the_last_microbatch_is_found():
+    _, report, _ = _run(mb8_mlp_train_last_not_accumulated)
+    assert report.status == "violation", report
+    assert _loop(report)["traced"] == [0, 1, 2, 7]
+    assert "microbatch 7 runs another program" in report.findings[0].message, report.findings[0].message
+
+
+def test_a_constant_of_the_microbatch_count_is_not_derived():
+    """Scaled by 8 / train.microbatches: the reduced run is another program, so the loop is
+    traced whole (8 microbatches), and the step still verifies."""
+    _, report, traced = _run(mb8_mlp_train_count_scaled)
+    assert traced == [8] and _loop(report) is None
+    assert report.status == "unknown" and report.reason.startswith("proved, but not confirmed"), report
+
+
+# ---------------------------------------------------------------- labels (real gloo runs)
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,want", [
+    ("mb8_mlp_train", True), ("mb8_mlp_train_count_scaled", True), ("mb8_mlp_train_last_doubled", False),
+    ("mb8_mlp_train_middle_doubled", False), ("mb8_mlp_train_last_not_accumulated", False)])
+def test_labels_on_gloo(name, want):
+    """Correct programs' gradients equal the single-device ones on every rank; the buggy
+    ones' differ on every rank (after the dp all_reduce)."""
+    from gloo import training_gradients
+    single, ranks = training_gradients(os.path.join(HERE, f"{name}.py"), 2)
+    agree = [isinstance(r, dict) and all(torch.allclose(torch.as_tensor(r[n]), single[n].detach(), atol=1e-5)
+                                         for n in single) for r in ranks]
+    assert agree == [want, want], agree
