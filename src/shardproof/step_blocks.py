@@ -118,6 +118,7 @@ def verify_step(case, layers_of: Callable = lambda model: list(model.layers), gr
     with screening():
         order = [screen_block(layer, of_rank[i], x, g, world, f"{name} layer {i}", inputs)
                  for i, layer in enumerate(single_layers)]
+    t_screen = time.perf_counter()
     contracts, table = {}, {}
     for i, key in enumerate(order):
         if key in contracts:
@@ -148,12 +149,15 @@ def verify_step(case, layers_of: Callable = lambda model: list(model.layers), gr
         return stack
     if len(table) != len(contracts):
         return _full_trace(case, f"a block contract is not proved ({stack.reason})", confirm_draws, fixes, blocks)
+    t_contracts = time.perf_counter()
     report = _tail(case, order, table, layers_of, group_of, confirm_draws, fixes)
     if not _proved(report):
         return _full_trace(case, f"the tail with the contracts is {report.status}: {report.reason}", confirm_draws,
                            fixes, blocks)
     report.blocks = dict(blocks, tail=f"step tail proved once with {len(order)} opaque layer calls")
-    report.stats["wall_seconds"] = round(time.perf_counter() - t0, 4)
+    end = time.perf_counter()
+    report.stats.update(wall_seconds=round(end - t0, 4), screen_seconds=round(t_screen - t0, 4),
+                        contract_seconds=round(t_contracts - t_screen, 4), tail_seconds=round(end - t_contracts, 4))
     return report
 
 
