@@ -65,7 +65,7 @@ def test_step_verified_through_contracts(correct):
     # every parameter of every layer: its gradient and its AdamW update proved
     params = [f"layers.{i}.{n}.weight" for i in range(8) for n in ("wq", "wo", "attention_norm", "w2")]
     outputs = {o.name: o for o in correct.outputs}
-    assert all(outputs[f"grads.{p}"].holds and outputs[f"updated.{p}"].holds for p in params), sorted(outputs)[:6]
+    assert all(outputs[f"grad:{p}"].holds and outputs[f"updated:{p}"].holds for p in params), sorted(outputs)[:6]
 
 
 def test_bug_in_layer_5_located(buggy):
