@@ -74,3 +74,14 @@ def test_bug_in_layer_5_located(buggy):
     assert buggy.blocks["layers"] == [0, 0, 0, 0, 0, 1, 0, 0]
     assert buggy.findings and all(f.layer == 5 for f in buggy.findings)
     assert "layer 5" in buggy.reason
+
+
+@pytest.mark.slow
+def test_tail_bug_is_not_verified():
+    """A bug outside the layers (layer 1's gradients never all-reduced over dp) is in the traced
+    tail: the step is not verified (the tail's proof fails, the full trace finds it)."""
+    assert not _gloo_correct(os.path.join(HERE, "cases", "step_llama_tail_bug.py"))
+    report = verify_step(llama_step.step_case(2, buggy_layer=1, bug="no-dp-reduce"), confirm_draws=NO_CONFIRM)
+    assert report.status == "violation"
+    assert report.blocks["fallback"].startswith("the tail with the contracts is")  # not proved there either
+    assert any("layers.1." in f.message + f.node for f in report.findings), [(f.node, f.message) for f in report.findings]

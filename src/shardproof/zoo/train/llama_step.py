@@ -5,6 +5,8 @@ changed, for the step-level block contracts (shardproof.step_blocks, issue 16).
 Bugs (layer `buggy_layer` only):
 - ``no-grad-reduce``: its input gradient is never all-reduced over tp (Megatron's f operator
   with an identity backward): every layer below it gets a partial-sum gradient.
+- ``no-dp-reduce`` (in the step's tail, not in the layer): that layer's parameter gradients
+  are never all-reduced over dp (each dp replica updates with its own batch's gradient).
 Not a zoo case itself: tests/cases/step_llama*.py are."""
 import os
 import sys
@@ -45,10 +47,18 @@ class ParallelLlamaStep(MegatronTraining, nn.Module):
     def __init__(self, full, rank, world, tp, buggy_layer=None, bug="no-grad-reduce"):
         nn.Module.__init__(self)
         self.mesh = Mesh(rank, world, tp)
-        self.layers = nn.ModuleList((BUGS[bug] if i == buggy_layer else TPLayer)(block, self.mesh)
+        self.buggy_layer, self.bug = buggy_layer, bug
+        self.layers = nn.ModuleList((BUGS.get(bug, TPLayer) if i == buggy_layer else TPLayer)(block, self.mesh)
                                     for i, block in enumerate(full.layers))
         self.replicated = frozenset(f"layers.{i}.{norm}.weight" for i in range(len(full.layers))
                                     for norm in ("attention_norm", "ffn_norm"))
+
+    def reduce_gradients(self, grads):
+        if self.bug != "no-dp-reduce":
+            return super().reduce_gradients(grads)
+        skip = f"layers.{self.buggy_layer}."
+        reduced = super().reduce_gradients({n: g for n, g in grads.items() if not n.startswith(skip)})
+        return {n: reduced.get(n, g) for n, g in grads.items()}
 
     def forward(self, x):
         for layer in self.layers:
