@@ -150,7 +150,11 @@ def verify_step(case, layers_of: Callable = lambda model: list(model.layers), gr
     if len(table) != len(contracts):
         return _full_trace(case, f"a block contract is not proved ({stack.reason})", confirm_draws, fixes, blocks)
     t_contracts = time.perf_counter()
-    report = _tail(case, order, table, layers_of, group_of, confirm_draws, fixes)
+    try:
+        report = _tail(case, order, table, layers_of, group_of, confirm_draws, fixes)
+    except Exception as exc:  # noqa: BLE001  (e.g. a layer called with more than one input): the full trace decides
+        return _full_trace(case, f"the tail could not be captured with opaque layers: {type(exc).__name__}: {exc}",
+                           confirm_draws, fixes, blocks)
     if not _proved(report):
         return _full_trace(case, f"the tail with the contracts is {report.status}: {report.reason}", confirm_draws,
                            fixes, blocks)

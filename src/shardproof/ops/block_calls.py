@@ -11,8 +11,8 @@ its backward at output gradient ``G`` gives ``block_call[k, i, grad_x](X, G, W)`
 parameter, the sum over the batch rows of a per-row contribution term,
 ``sum_rows(block_call[k, i, rows:<p>](X, G, W))``. On a rank, the rule applies the contract
 only when every member's operands hold exactly what the contract assumed (its input
-relations, for one and the same ``X``, ``G``, ``W`` on all members) and the rows are a union
-of the pieces the layer's row-locality proof covers; the outputs then hold what the
+relations, for one and the same ``X``, ``G``, ``W`` on all members) and the rows are the whole
+batch or one of the pieces the layer's row-locality proof covers; the outputs then hold what the
 contract proved of the same terms (a rank's rows of ``y``/``grad_x``; its rows' share of each
 parameter gradient's row sum). Anything else raises: the engine answers unknown, naming the
 op, and the step falls back to its full trace.
@@ -60,17 +60,18 @@ class NotCovered(ValueError):
 
 
 def _rows(c: CallContract, x: Val, shape) -> np.ndarray | None:
-    """The batch rows `x` holds (None: all), when they are a union of the locality pieces."""
+    """The batch rows `x` holds (None: all): the whole batch or exactly one of the pieces the
+    row-locality proof covers (the layer ran at those two row counts only)."""
     if tuple(shape)[0] != c.batch:
         raise NotCovered(f"the batch holds {shape[0]} rows, the row-locality proof {c.batch}")
     v = x.vecs[0]
     if v is None:
         return None
-    pieces = set(int(r) // c.rows for r in v)
-    want = np.concatenate([np.arange(p * c.rows, (p + 1) * c.rows) for p in sorted(pieces)])
-    if not same_vec(np.asarray(v, dtype=np.int64), want):
-        raise NotCovered("the rows are not a union of the pieces the row-locality proof covers")
-    return np.asarray(v, dtype=np.int64)
+    v = np.asarray(v, dtype=np.int64)
+    start = int(v[0]) if len(v) else -1
+    if start % c.rows or not same_vec(v, np.arange(start, start + c.rows, dtype=np.int64)):
+        raise NotCovered("the rows are not one of the pieces the row-locality proof covers")
+    return v
 
 
 def _check_operand(terms, c, name, val, rank, side, shape=None):
