@@ -51,6 +51,7 @@ def buggy():
     return verify_step(llama_step.step_case(8, buggy_layer=5), confirm_draws=NO_CONFIRM)
 
 
+@pytest.mark.sweep  # heavy (gloo processes, a full-trace fallback): make test-all
 def test_labels_on_gloo():
     assert _gloo_correct(CASES["correct"])
     assert not _gloo_correct(CASES["layer 5 input gradient unreduced"])
@@ -76,7 +77,7 @@ def test_bug_in_layer_5_located(buggy):
     assert "layer 5" in buggy.reason
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # heavy (gloo processes, a full-trace fallback): make test-all
 def test_tail_bug_is_not_verified():
     """A bug outside the layers (layer 1's gradients never all-reduced over dp) is in the traced
     tail: the step is not verified (the tail's proof fails, the full trace finds it)."""
