@@ -125,7 +125,7 @@ def verify_step(case, layers_of: Callable = lambda model: list(model.layers), gr
             continue
         layer = single_layers[i]
         p = prepare_block(layer, of_rank[i], x, g, world, f"{name} layer {i}", inputs)
-        report = verify_prepared(p, confirm_draws=confirm_draws, fixes=fixes)
+        report = verify_prepared(p, confirm_draws=NO_CONFIRM, fixes=fixes)  # the real step is confirmed instead
         contracts[key] = eb.contract_of(key, [j for j, k in enumerate(order) if k == key], inputs, report)
         if not _proved(report):
             continue
