@@ -29,7 +29,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from .api import NO_CONFIRM, REDRAW_SEED, prepare, verify_prepared
+from .api import NO_CONFIRM, prepare, verify_prepared
 from .blocks import REPLICATED, prepare_block, screen_block
 from .engine import blocks as eb
 from .frontends.torch_blocks import GRAD, block_case, screening
@@ -37,7 +37,7 @@ from .frontends.torch_block_calls import RANK, SINGLE, layer_tensors, make_opaqu
 from .ops import block_calls as bc
 from .relations.spec import Partial, parse_relation
 
-__all__ = ["verify_step", "REDRAW_SEED"]
+__all__ = ["verify_step"]
 
 
 def _proved(report) -> bool:
@@ -68,12 +68,13 @@ def _contract(p, report, names, shapes, params, world, batch, rows) -> bc.CallCo
     """The table entry the opaque calls' rule reads: layouts from the proof's input bindings
     and the relations it proved of the outputs."""
     rel_in = {n: p.bindings[n].relation for n in ["x", "g", *names]}
-    for n, r in rel_in.items():
-        if p.bindings[n].seq_name != n or isinstance(r, Partial) or r.layout((1,) * 4, 0, world) is None:
-            raise ValueError(f"{n}: a relation the opaque call cannot state ({r})")
     rel_out = {o.name: parse_relation(o.holds) for o in report.outputs if o.holds}
     shape_of = dict(zip(names, shapes))
     whole = {"x": tuple(p.seq.node("x").shape), "g": tuple(p.seq.node("g").shape)}
+    for n, r in rel_in.items():
+        if p.bindings[n].seq_name != n or isinstance(r, Partial) or \
+                any(r.layout(whole.get(n) or shape_of[n], rank, world) is None for rank in range(world)):
+            raise ValueError(f"{n}: a relation the opaque call cannot state ({r})")
     out_shape = {"y": whole["x"], "grad_x": whole["x"], **{f"{GRAD}{n}": s for n, s in shape_of.items()}}
 
     def holds_in(name, rank):
