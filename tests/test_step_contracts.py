@@ -135,3 +135,12 @@ def test_opaque_call_rule_applies_only_to_what_the_contract_assumed():
             bc._fwd_rule(ctx, good, "other", 3, 1, (0, 1))
     finally:
         bc.CONTRACTS.pop("k", None)
+
+
+def test_fallback_to_the_full_trace():
+    """A step whose layers' group cannot be found is verified by its full trace, and says so."""
+    def no_group(layer):
+        raise AttributeError("no tp group")
+    report = verify_step(llama_step.step_case(1), group_of=no_group, confirm_draws=NO_CONFIRM)
+    assert report.blocks["fallback"].startswith("the layers or their group could not be found")
+    assert report.status == "unknown" and report.reason.startswith("proved, but not confirmed")

@@ -89,9 +89,12 @@ def _contract(p, report, names, shapes, params, world, batch, rows) -> bc.CallCo
     return bc.CallContract(list(names), [tuple(s) for s in shapes], params, holds_in, holds_out, world, batch, rows)
 
 
-def _full_trace(case, why: str, confirm_draws, fixes, blocks: dict | None = None):
+def _full_trace(case, why: str, confirm_draws, fixes, blocks: dict | None = None, layers: int = 1):
+    """Today's full trace of the step; ``report.blocks`` says why (and what the contracts found)."""
     report = verify_prepared(prepare(case, case.world_size), confirm_draws=confirm_draws, fixes=fixes)
-    report.blocks = dict(blocks or {}, fallback=why)
+    n = max(layers, 1)
+    report.blocks = dict(blocks or {"count": n, "distinct": n, "proofs": 0, "summary": f"{n} blocks, not screened",
+                                    "layers": list(range(n)), "contracts": []}, fallback=why)
     return report
 
 
@@ -105,10 +108,17 @@ def verify_step(case, layers_of: Callable = lambda model: list(model.layers), gr
     world = case.world_size
     single_layers = layers_of(case.single)
     batch = case.inputs[data]
-    pieces = (world // len(_group(case, layers_of, group_of))) * (case.train.microbatches or 1)
+    if case.train is None:
+        raise ValueError("verify_step verifies a training step (a Case with train=...); use blocks.verify_blocks "
+                         "for a layer stack")
+    try:
+        pieces = (world // len(_group(case, layers_of, group_of))) * (case.train.microbatches or 1)
+    except Exception as exc:  # noqa: BLE001  (no layers, no tp group to find): the full trace decides
+        return _full_trace(case, f"the layers or their group could not be found: {type(exc).__name__}: {exc}",
+                           confirm_draws, fixes, layers=len(single_layers))
     if batch.shape[0] % pieces:
         return _full_trace(case, f"{batch.shape[0]} rows do not split into {pieces} microbatch pieces", confirm_draws,
-                           fixes)
+                           fixes, layers=len(single_layers))
     rows = batch.shape[0] // pieces
     gen = torch.Generator().manual_seed(0)
     x = torch.randn((rows,) + tuple(batch.shape[1:]), generator=gen)
