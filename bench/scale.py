@@ -7,11 +7,15 @@ confirmation by execution), the engine's verdict, peak memory.
 
     python bench/scale.py [--quick] [--workers K] [--no-symmetry] [--no-class-proof] [--only N,dp,tp,M ...]
     python bench/scale.py --blocks [--only N,tp ...]
+    python bench/scale.py --step-blocks [--only N ...]
 
 The table ends with the ratios of issue 16 (dp8/dp2, M8/M2, N8/N1: capture + proof wall).
 ``--blocks``: the layer stack of the same model (N Llama blocks on one tp group, forward and
 backward) verified by block contracts (shardproof.blocks: each layer captured alone, identical
 blocks proved once, contracts chained): wall and CPU seconds, capture vs proof, and N8/N1.
+``--step-blocks``: the whole training step of the sweep's model (N layers, dp2 tp2 M2) by
+shardproof.step_blocks.verify_step (layers screened, one contract per distinct block, the tail
+proved once with each layer an opaque call): wall and CPU seconds per part, and N8/N1.
 """
 import argparse
 import json
@@ -101,6 +105,45 @@ def one_blocks(n_layers, tp) -> dict:
             "reason": (report.reason or "")[:60], "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
 
+def one_step_blocks(n_layers) -> dict:
+    """Verify the sweep's training step (N layers, dp2 tp2 M2) by step-level block contracts
+    in this process (no confirmation by execution)."""
+    sys.path.insert(0, HERE)
+    import torch
+    import llama_stack
+    from shardproof.api import NO_CONFIRM, capture_case
+    from shardproof.step_blocks import verify_step
+    torch.set_num_threads(1)
+    capture_case(llama_stack.case(1, 1, 2, 1), 2)  # warm-up: imports, caches (as the sweep's rows)
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = verify_step(llama_stack.case(n_layers, 2, 2, 2), confirm_draws=NO_CONFIRM)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    stats = report.stats
+    return {"N": n_layers, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            **{k: round(stats.get(f"{k}_seconds", 0), 2) for k in ("screen", "contract", "tail")},
+            "blocks": report.blocks.get("summary"), "fallback": report.blocks.get("fallback", ""),
+            "reason": (report.reason or "")[:40], "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
+
+
+def step_blocks_table(todo) -> None:
+    print("| N | dp | tp | M | wall s | CPU s | screen s | contracts s | tail s | blocks | engine verdict | peak MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = {}
+    for n in todo:
+        r = _subprocess(["--one-step-blocks", str(n)])
+        if isinstance(r, str):
+            print(f"| {n} | 2 | 2 | 2 | failed: {r} |")
+            continue
+        rows[n] = r
+        print(f"| {n} | 2 | 2 | 2 | {r['wall_s']} | {r['cpu_s']} | {r['screen']} | {r['contract']} | {r['tail']} "
+              f"| {r['blocks']} | {r['fallback'] or r['reason']} | {r['peak_mb']} |", flush=True)
+    lo = min(rows, default=None)
+    for n in rows:
+        if n != lo:
+            print(f"N{n}/N{lo}: wall {rows[n]['wall_s'] / rows[lo]['wall_s']:.2f}, "
+                  f"CPU {rows[n]['cpu_s'] / rows[lo]['cpu_s']:.2f}")
+
+
 def blocks_table(todo) -> None:
     print("| N | tp | wall s | CPU s | proof s | blocks | engine verdict | peak MB |")
     print("|---|---|---|---|---|---|---|---|")
@@ -144,7 +187,15 @@ def main() -> None:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--blocks", action="store_true", help="the layer stack by block contracts (--only N,tp)")
     ap.add_argument("--one-blocks", help=argparse.SUPPRESS)
+    ap.add_argument("--step-blocks", action="store_true", help="the whole step by block contracts (--only N ...)")
+    ap.add_argument("--one-step-blocks", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.one_step_blocks:
+        print(json.dumps(one_step_blocks(int(args.one_step_blocks))))
+        return
+    if args.step_blocks:
+        step_blocks_table([int(c) for c in args.only] if args.only else [1, 8])
+        return
     if args.one_blocks:
         print(json.dumps(one_blocks(*map(int, args.one_blocks.split(",")))))
         return

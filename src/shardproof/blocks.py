@@ -28,7 +28,7 @@ programs on its own data, so dp symmetry can reuse it as is), it holds for all i
 (so it holds for every microbatch an induction over microbatches feeds it), and the distinct
 blocks' proofs are independent of each other (an executor may run them in parallel). What it
 does not cover: the rest of a training step (loss, accumulation, the dp gradient reduction,
-clipping, the optimizer) is not composed with the contracts here."""
+clipping, the optimizer) is not composed with the contracts here (``step_blocks.verify_step`` does)."""
 from __future__ import annotations
 
 import time
