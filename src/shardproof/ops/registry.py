@@ -130,3 +130,4 @@ def load_builtin() -> None:
         from . import complex_ops  # noqa: F401
         from . import attention_merge  # noqa: F401
         from ..algebra import lemmas, lemmas_rows, masks, normal, padding, picks  # noqa: F401  (pattern lemmas register themselves)
+        from ..algebra import scaling  # noqa: F401
