@@ -53,7 +53,7 @@ def test_llama_default_loss_scaling_verified(default_1f1b):
     assert report.temporal["checked"] and report.temporal["findings"] == 0, report.temporal
 
 
-@pytest.mark.parametrize("stack", [SCHEDULES, pytest.param(LLAMA, marks=pytest.mark.slow)], ids=["mlp", "llama"])
+@pytest.mark.parametrize("stack", [SCHEDULES, pytest.param(LLAMA, marks=pytest.mark.sweep)], ids=["mlp", "llama"])
 def test_double_scaled_gradient_is_a_violation_after_the_last_microbatch(stack):
     """scale_grads plus a manual 1/M: a violation (never verified). Each microbatch's own
     backward is exactly the summed-loss form's (its loss gradient is 1/(M * microbatch
