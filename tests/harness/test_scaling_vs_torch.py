@@ -36,10 +36,8 @@ def _step(draw, i: int):
         return A + "mul", lambda s: ((h, T("x")), {})
     if kind == "mm":
         return A + "mm", lambda s: ((h, T("w")), {})
-    if kind == "add":  # two branches of the gradient meet (both carry the factor)
-        return A + "add", lambda s: ((h, A_MUL_BRANCH(h)), {})
-    if kind == "sub":
-        return A + "sub", lambda s: ((h, A_MUL_BRANCH(h)), {})
+    if kind in ("add", "sub"):  # two branches of the gradient meet (both carry the factor; see _run)
+        return A + kind, lambda s: ((h, T("branch")), {})
     if kind == "slice_backward":  # then sliced back to [N, D] so the chain keeps its shape
         return A + "slice_backward", lambda s: ((h, [N, D + 2], 1, 1, D + 1, 1), {})
     if kind == "cat0":
@@ -55,20 +53,16 @@ def _step(draw, i: int):
     return A + "neg", lambda s: ((h,), {})
 
 
-def A_MUL_BRANCH(h):  # noqa: N802  (the second branch: h times x, built as its own step below)
-    return T("branch")
-
-
 def _run(steps, tensors: dict, vals: dict, terms: TermStore, claims: Claims, who: str):
     """Each step through its relation rule (one device) and torch; every output claimed."""
     tens, env = dict(tensors), dict(vals)
     for i, (op, build) in enumerate(steps):
         prev = f"s{i - 1}" if i else "h"
         # the other branch of an add/sub: the running value times x (a real second path)
-        tens["branch"] = tens[prev] * tens["x"][:, :tens[prev].shape[1]].expand_as(tens[prev]) \
-            if tens[prev].shape == tens["x"].shape else tens[prev] * 2
+        same = tens[prev].shape == tens["x"].shape
+        tens["branch"] = tens[prev] * tens["x"] if same else tens[prev] * 2
         d = Draw(A + "mul", tens, ())
-        args = (T(prev), T("x")) if tens[prev].shape == tens["x"].shape else (T(prev), 2)
+        args = (T(prev), T("x")) if same else (T(prev), 2)
         env["branch"] = apply_rule(d, terms, env, tens, args, {}, tens["branch"], 0, 1)
         claims.add(env["branch"], to_np(tens["branch"]), f"{who} branch {i}")
         d = Draw(op, tens, ())
@@ -170,5 +164,22 @@ def test_a_wrong_factor_is_refused(monkeypatch):
         return None if found is None else (found[0], found[1] * 2)
     monkeypatch.setattr(scaling, "_factor", doubled)
     steps = [(A + "slice_backward", lambda s: ((T("h"), [N, D + 2], 1, 1, D + 1, 1), {}))]
+    with pytest.raises(AssertionError, match="not the sum of its parts"):
+        _chain_pair(steps, Fraction(1, 4), 0)
+
+
+def test_a_wrong_leading_coefficient_is_refused(monkeypatch):
+    """The leading coefficient of a sum taken out twice over (c·a + c·b read as 2c·(a + b))
+    before a product: refused the same way."""
+    from shardproof.algebra import lemmas
+    real = lemmas.scaled_part
+
+    def doubled(terms, t):
+        found = real(terms, t)
+        if found is None or terms[t].op != "lin" or len(terms[t].children) < 2:
+            return found
+        return found[0], found[1] * 2
+    monkeypatch.setattr(lemmas, "scaled_part", doubled)
+    steps = [(A + "add", lambda s: ((T("h"), T("branch")), {})), (A + "mul", lambda s: ((T("s0"), T("x")), {}))]
     with pytest.raises(AssertionError, match="not the sum of its parts"):
         _chain_pair(steps, Fraction(1, 4), 0)
