@@ -79,6 +79,7 @@ def test_training_bug_found(module):
     assert finding.source and meta["bug_source"] in finding.source, finding.source
     if "bug_stage" in meta:  # a pipeline bug: the stage and microbatch the schedule ran it in
         assert (finding.stage, finding.microbatch) == (meta["bug_stage"], meta["bug_microbatch"]), finding
+        assert finding.schedule_point == meta.get("bug_point"), finding  # outside any microbatch: where, in the schedule
     check_hint(finding, meta)
 
 

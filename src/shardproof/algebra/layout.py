@@ -77,6 +77,11 @@ def within_piece(terms: TermStore, val: Val, dim: int) -> Val:
     """A selection along `dim` of ``cat(p_0, p_1, ...)`` that falls inside one piece is a
     selection of that piece (gathering and then splitting returns what was gathered)."""
     term = terms[val.t]
+    if term.op == "lin" and len(term.children) == 1 and terms[term.children[0]].op == "cat":  # c·cat(...)
+        from .lemmas import linear
+        inner = within_piece(terms, Val(term.children[0], val.vecs), dim)
+        return val if inner.t == term.children[0] else \
+            Val(linear(terms, {inner.t: term.attrs[0]}, terms.shape(inner.t)), inner.vecs)
     if term.op != "cat" or term.attrs[0] != dim or val.vecs[dim] is None or not len(val.vecs[dim]):
         return val
     v, at = val.vecs[dim], 0

@@ -8,14 +8,48 @@ def position_of(graph, node: str):
     return (getattr(graph, "positions", None) or {}).get(node)
 
 
+def schedule_point(graph, node: str):
+    """(stage or None, where) for a node no schedule marked, on a rank whose graph has marked
+    nodes (it runs pipeline stages): where it ran relative to the marked microbatches' work
+    ('after the last microbatch': a gradient reduce or scaling after the schedule's step).
+    The stage is the rank's when it holds one; None, and the stages said, when it holds
+    several. None for a rank no schedule marked."""
+    positions = getattr(graph, "positions", None) or {}
+    order = {n.name: i for i, n in enumerate(graph.nodes)}
+    if not positions or node not in order:
+        return None
+    at = order[node]
+    marked = sorted((order[n], where) for n, where in positions.items() if n in order)
+    before = [w for i, w in marked if i < at]
+    after = [w for i, w in marked if i > at]
+    if not after:
+        where = "after the last microbatch"
+    elif not before:
+        where = "before the first microbatch"
+    else:
+        where = f"between microbatches {before[-1][1]} and {after[0][1]}"
+    stages = sorted({s for s, _ in positions.values() if s is not None})
+    if len(stages) == 1:
+        return stages[0], where
+    return None, f"{where} (stages {', '.join(map(str, stages))} on this rank)"
+
+
 def name_positions(findings: list, dist) -> None:
     """Set each finding's ``stage`` and ``microbatch`` from its first rank's graph, and say
-    them in its message."""
+    them in its message; a finding outside any microbatch's work on a pipeline rank gets the
+    rank's stage and its :func:`schedule_point`."""
     for f in findings:
         if not f.rank or f.rank[0] >= len(dist.graphs):
             continue
-        where = position_of(dist.graphs[f.rank[0]], f.node)
+        graph = dist.graphs[f.rank[0]]
+        where = position_of(graph, f.node)
         if where is None:
+            point = schedule_point(graph, f.node)
+            if point is None:
+                continue
+            f.stage, f.schedule_point = point
+            said = ([f"pipeline stage {f.stage}"] if f.stage is not None else []) + [f.schedule_point]
+            f.message = f"{f.message} [{', '.join(said)} on rank {f.rank[0]}]"
             continue
         f.stage, f.microbatch = where
         said = ", ".join(([f"pipeline stage {f.stage}"] if f.stage is not None else []) +

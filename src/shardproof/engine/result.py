@@ -23,6 +23,7 @@ class Finding:
     fix: str | None = None  # a proved repair, as a one-line hunk against the user's source (engine/repair.py)
     stage: int | None = None  # the pipeline stage and microbatch the node ran in (a pipeline schedule's finding)
     microbatch: int | None = None
+    schedule_point: str | None = None  # outside any microbatch's work: where in the schedule (engine/positions.py)
     layer: int | None = None  # a layer stack verified by block contracts: the layer the finding is in
 
 

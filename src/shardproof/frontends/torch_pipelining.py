@@ -34,8 +34,11 @@ def _static_warmup(self, stages, has_backward, p2p_done):
     for stage in stages:
         if InferenceMode.needs_dynamic(stage._user_meta, has_backward):
             raise CaptureError(f"pipeline stage {stage.stage_index} has no static input/output shapes: its schedule "
-                               f"would infer them with send_object_list, which has no dataflow meaning; give "
-                               f"PipelineStage(..., input_args=..., output_args=...) example tensors")
+                               f"would infer them with send_object_list, which has no dataflow meaning (and a "
+                               f"stage's input shapes are the previous stage's outputs, computed on another rank: "
+                               f"no local meta run gives them); give PipelineStage(..., input_args=..., "
+                               f"output_args=...) example tensors, or split the model with pipeline() "
+                               f"(its stages carry the traced shapes)")
         stage._inference_mode = InferenceMode.STATIC
 
 

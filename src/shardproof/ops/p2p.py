@@ -22,3 +22,7 @@ declare(P + "recv", numerics=_recv_alone, rule=_recv_alone,
 
 def is_p2p(op: str) -> bool:
     return op in P2P_OPS
+
+
+declare("pippy._pipe_split", numerics=lambda *a, **k: None, rule=lambda ctx, *a, **k: None,
+        doc="torch.distributed.pipelining's split marker (pipe_split(), SplitPoint): no value, no effect on the step")

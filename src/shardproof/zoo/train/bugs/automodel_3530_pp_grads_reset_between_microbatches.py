@@ -20,4 +20,6 @@ def case(world_size: int = 2):
                          meta={"source": "https://github.com/NVIDIA-NeMo/Automodel/pull/3530",
                                "bug": "wrong-group", "bug_node": "all_reduce_1", "bug_op": "_c10d_functional.all_reduce",
                                "bug_ranks": [0, 1], "bug_source": "mini_megatron.py:34", "bug_line": "dist.all_reduce",
-                               "hint": "share of the reduction"})
+                               "hint": "share of the reduction",
+                               # the reduce runs after the schedule's step, outside any microbatch's work
+                               "bug_stage": 0, "bug_microbatch": None, "bug_point": "after the last microbatch"})
