@@ -51,7 +51,7 @@ from .engine.result import Confirmation
 from .frontends.torch_blocks import GRAD, dispatch_text, screening
 from .ir.graph import DistributedProgram
 from .relations.infer import parse_spec, resolve_inputs
-from .relations.spec import parse_relation
+from .relations.spec import RelationError, parse_relation
 
 
 def _stated(relations: dict) -> dict:
@@ -166,13 +166,18 @@ def verify_blocks_at_shapes(real_layers: list, reduced_layers: list, parallel, r
     if not _proved(contracts) or report.reason.startswith("block contracts do not chain"):
         shapes.update(matched=False, statement=f"{report.status} at real shapes ({sizes[0]}) from stated relations")
     else:  # the real-size proof holds: confirm at the reduced widths, on the same program modulo sizes
-        red_order, reduced = stack_contracts(reduced_layers, parallel, *reduced_data, world, f"{name} (reduced widths)",
-                                     relations, confirm_draws, views=True)
-        red = eb.combine(red_order, reduced, links)
-        why = match_reduced(contracts, signatures, reduced) if red.status == "verified" else [
-            f"the reduced stack is {red.status}" + (f": {red.reason}" if red.reason else "")]
+        try:
+            red_order, reduced = stack_contracts(reduced_layers, parallel, *reduced_data, world,
+                                                 f"{name} (reduced widths)", relations, confirm_draws, views=True)
+        except RelationError as exc:  # a stated relation the reduced stack's values contradict
+            red, reduced, why = None, {}, [f"the stated relations do not hold at reduced widths: {exc}"]
+        else:
+            red = eb.combine(red_order, reduced, links)
+            shapes["reduced_summary"] = red.blocks["summary"]
+            why = match_reduced(contracts, signatures, reduced) if red.status == "verified" else [
+                f"the reduced stack is {red.status}" + (f": {red.reason}" if red.reason else "")]
         shapes["matched"] = not why
-        conf = red.confirmation
+        conf = red.confirmation if red is not None and not why else None
         if not why and conf is not None and conf.outcome == "confirmed":
             report.status, report.strength, report.reason = "verified", red.strength, ""
             report.confirmation = replace(conf, detail=(f"at reduced widths ({sizes[1]}), on the same program modulo "
