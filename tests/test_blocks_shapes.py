@@ -27,13 +27,7 @@ CASE = os.path.join(HERE, "cases", "blocks_stack.py")
 
 
 def _relations(wq="Shard(0)"):
-    """The plan's statement of how each rank's block inputs relate to the single device's."""
-    column, row, whole = "Shard(0)", "Shard(1)", "Replicate()"
-    rel = {"x": whole, "g": whole, "block.attention_norm.weight": whole, "block.ffn_norm.weight": whole,
-           "block.rope_cos": whole, "block.rope_sin": whole, "block.wq.weight": wq, "block.wk.weight": column,
-           "block.wv.weight": column, "block.wo.weight": row, "block.w1.weight": column, "block.w3.weight": column,
-           "block.w2.weight": row}
-    return rel
+    return dict(L.TP_RELATIONS, **{"block.wq.weight": wq})
 
 
 def _fake(n_layers, mode):
