@@ -26,10 +26,6 @@ REDUCED = dict(hidden=128, heads=32, kv_heads=8, ffn=64)  # head_dim 4: the same
 CASE = os.path.join(HERE, "cases", "blocks_stack.py")
 
 
-def _relations(wq="Shard(0)"):
-    return dict(L.TP_RELATIONS, **{"block.wq.weight": wq})
-
-
 def _fake(n_layers, mode):
     with mode:
         layers = L.full_layers(n_layers, **REAL)
@@ -42,12 +38,12 @@ def _reduced(n_layers):
     return layers, (torch.randn(1, SEQ, REDUCED["hidden"]), torch.randn(1, SEQ, REDUCED["hidden"]))
 
 
-def _stack(n_layers, buggy_layer=None, bug="no-reduce", relations=None):
+def _stack(n_layers, buggy_layer=None, bug="no-reduce"):
     mode = FakeTensorMode()
     real, real_data = _fake(n_layers, mode)
     reduced, reduced_data = _reduced(n_layers)
     return verify_blocks_at_shapes(real, reduced, L.parallel_layer(buggy_layer, bug), real_data, reduced_data, TP,
-                                   relations or _relations(), f"llama{n_layers}", mode, confirm_draws=0,
+                                   L.TP_RELATIONS, f"llama{n_layers}", mode, confirm_draws=0,
                                    sizes=("hidden 4096, ffn 14336", "hidden 128, ffn 64"))
 
 
@@ -85,9 +81,9 @@ def test_the_proof_needs_no_values():
     mode = FakeTensorMode()
     (layer,), (x, g) = _fake(1, mode)
     make = L.parallel_layer()
-    p = prepare_stated(layer, lambda r, w: make(0, layer, r, w), x, g, TP, "one", _relations(), mode)
+    p = prepare_stated(layer, lambda r, w: make(0, layer, r, w), x, g, TP, "one", L.TP_RELATIONS, mode)
     assert p.seq.inputs[-1].shape == (1, SEQ, REAL["hidden"]) and p.examples == {}
-    partial = {k: v for k, v in _relations().items() if k != "block.wo.weight"}
+    partial = {k: v for k, v in L.TP_RELATIONS.items() if k != "block.wo.weight"}
     with pytest.raises(RelationError, match="block.wo.weight"):
         prepare_stated(layer, lambda r, w: make(0, layer, r, w), x, g, TP, "one", partial, mode)
 
