@@ -4,6 +4,7 @@ shardproof.blocks_shapes). Real sizes: the Llama-3-8B block (hidden 4096, 32 hea
 ffn 14336) at tp2, on fake tensors; reduced: the same heads, KV heads, tp and code at head_dim 4.
 Labels: the same stacks (same code, same tp, the bug in the same layer) run whole on a real gloo
 group against the single-device stack (test_labels_on_gloo)."""
+import contextlib
 import os
 import sys
 
@@ -102,3 +103,34 @@ def test_a_stated_slice_the_values_contradict_is_not_verified():
     report = _stack(2, buggy_layer=1, bug="wrong-slice")
     assert report.status == "unknown" and "proved at real shapes; not confirmed" in report.reason
     assert "block.wq.weight" in report.reason
+
+
+@pytest.mark.sweep
+def test_405b_sizes_tp8_sequence_8192():
+    """bench/llama405b.py's stack at the real Llama-3-405B block sizes (hidden 16384, 128 heads,
+    8 KV heads, ffn 53248, sequence 8192, tp8), 3 layers: proved on fake tensors, confirmed at
+    reduced widths (hidden 512) on gloo."""
+    sys.path.insert(0, os.path.join(HERE, "..", "bench"))
+    import llama405b
+    report = llama405b.stack(3, 8192)
+    assert report.status == "verified", report.reason
+    assert report.blocks["summary"] == "3 blocks, 1 distinct, proved once" and report.blocks["shapes"]["matched"]
+
+
+def test_screening_tells_constants_apart():
+    """Two layers differing only in a constant tensor made in forward (``torch.tensor(c)``) are
+    different blocks, on real and on fake tensors (the constant's values are recorded)."""
+    from shardproof.frontends.torch_blocks import dispatch_text, screening
+
+    class Scale(torch.nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.c = c
+
+        def forward(self, x):
+            return x * torch.tensor(self.c)
+    mode = FakeTensorMode()
+    for x, within in ((torch.ones(2), contextlib.nullcontext()), (mode.from_tensor(torch.ones(2)), mode)):
+        with screening(), within:
+            texts = [dispatch_text(Scale(c), {"x": x}) for c in (2.0, 3.0, 2.0)]
+        assert texts[0] != texts[1] and texts[0] == texts[2]
