@@ -108,11 +108,16 @@ def verify_blocks(single_layers: list, parallel: Callable, x, g, world: int, nam
     return report
 
 
+def rank_builders(single_layers: list, parallel: Callable) -> list:
+    """Per layer, ``(rank, world) -> that rank's block`` (``parallel(layer, single, rank, world)``)."""
+    return [(lambda r, w, i=i, s=single: parallel(i, s, r, w)) for i, single in enumerate(single_layers)]
+
+
 def stack_contracts(single_layers: list, parallel: Callable, x, g, world: int, name: str, inputs: dict,
                     confirm_draws: int | None = None, fixes: bool = False, views: bool = False):
     """Each layer's contract key (in layer order) and the distinct contracts, each proved
     (and confirmed) once; with `views` each contract's report keeps its per-node views."""
-    of_rank = [(lambda r, w, i=i, s=single: parallel(i, s, r, w)) for i, single in enumerate(single_layers)]
+    of_rank = rank_builders(single_layers, parallel)
     with screening():
         order = [screen_block(single, of_rank[i], x, g, world, f"{name} layer {i}", inputs)
                  for i, single in enumerate(single_layers)]

@@ -45,7 +45,7 @@ import time
 from dataclasses import replace
 
 from .api import NO_CONFIRM, Prepared, training_expectations, verify_prepared
-from .blocks import _case, stack_contracts
+from .blocks import _case, rank_builders, stack_contracts
 from .engine import blocks as eb
 from .engine.result import Confirmation
 from .frontends.torch_blocks import GRAD, dispatch_text, screening
@@ -108,9 +108,10 @@ def proof_signature(report) -> list:
 
 def _prove_real(single_layers, parallel, x, g, world, name, relations, mode):
     """The stack at the real sizes: screened per layer, each class's first layer proved."""
-    of_rank = [(lambda r, w, i=i, s=single: parallel(i, s, r, w)) for i, single in enumerate(single_layers)]
+    of_rank = rank_builders(single_layers, parallel)
     with screening():
-        order = [screen_stated(single, of_rank[i], x, g, world, relations, mode) for i, single in enumerate(single_layers)]
+        order = [screen_stated(single, of_rank[i], x, g, world, relations, mode)
+                 for i, single in enumerate(single_layers)]
     contracts, signatures = {}, {}
     for key in dict.fromkeys(order):
         first = order.index(key)
@@ -187,7 +188,8 @@ def verify_blocks_at_shapes(real_layers: list, reduced_layers: list, parallel, r
                                    f"at reduced widths ({sizes[1]}), the same program modulo sizes")
         else:
             report.status, report.strength = "unknown", None
-            report.confirmation = Confirmation("gloo", 0, "skipped", "; ".join(why) or "not confirmed at reduced widths")
+            report.confirmation = Confirmation("gloo", 0, "skipped",
+                                               "; ".join(why) or "not confirmed at reduced widths")
             report.reason = f"proved at real shapes; not confirmed: {report.confirmation.detail}"
             shapes["statement"] = report.reason
     report.blocks = dict(report.blocks, shapes=shapes)
