@@ -42,7 +42,11 @@ def main() -> None:
     ap.add_argument("shape", nargs="*", type=int, default=[2, 2, 2, 2], help="N dp tp M")
     ap.add_argument("--profile")
     ap.add_argument("--workers", type=int)
+    ap.add_argument("--no-symmetry", action="store_true", help="trace every rank (as before rank classes)")
     args = ap.parse_args()
+    if args.no_symmetry:
+        from shardproof import api
+        api.SYMMETRY = False
     options = {} if args.workers is None else {"workers": args.workers}
     torch.set_num_threads(1)  # tiny kernels: no thread pool spinning in the measurement
     measure(1, 1, 2, 1, **options)  # warm-up

@@ -49,7 +49,7 @@ REPLICATED = {"x": "Replicate()", "g": "Replicate()"}
 def _case(single, parallel_of_rank: Callable, x, g, world: int, name: str, inputs: dict):
     case = block_case(single, parallel_of_rank, x, g, world, name)
     case.relations = dict(inputs)
-    case.expect = {eb.LINKS[k]: rel for k, rel in inputs.items()}
+    case.expect = {eb.LINKS[k]: rel for k, rel in inputs.items() if k in eb.LINKS}  # x, g: y, grad_x
     return case
 
 
@@ -97,10 +97,27 @@ def prepare_block(single, parallel_of_rank: Callable, x, g, world: int, name: st
 def verify_blocks(single_layers: list, parallel: Callable, x, g, world: int, name: str = "stack",
                   inputs: dict | None = None, confirm_draws: int | None = None, fixes: bool = False):
     """The stack's report (``report.blocks`` says how many layers, how many distinct blocks,
-    which layer holds which contract); a finding's ``layer`` is where it is."""
+    which layer holds which contract); a finding's ``layer`` is where it is. `inputs`: the
+    relations of ``x`` and ``g`` (default: replicated), and of any block input they name
+    (stated relations are checked against the values)."""
     t0 = time.perf_counter()
     inputs = {k: str(parse_relation(v)) for k, v in (inputs or REPLICATED).items()}
-    of_rank = [(lambda r, w, i=i, s=single: parallel(i, s, r, w)) for i, single in enumerate(single_layers)]
+    order, contracts = stack_contracts(single_layers, parallel, x, g, world, name, inputs, confirm_draws, fixes)
+    report = eb.combine(order, contracts, {k: v for k, v in inputs.items() if k in eb.LINKS}, name)
+    report.stats["wall_seconds"] = round(time.perf_counter() - t0, 4)
+    return report
+
+
+def rank_builders(single_layers: list, parallel: Callable) -> list:
+    """Per layer, ``(rank, world) -> that rank's block`` (``parallel(layer, single, rank, world)``)."""
+    return [(lambda r, w, i=i, s=single: parallel(i, s, r, w)) for i, single in enumerate(single_layers)]
+
+
+def stack_contracts(single_layers: list, parallel: Callable, x, g, world: int, name: str, inputs: dict,
+                    confirm_draws: int | None = None, fixes: bool = False, views: bool = False):
+    """Each layer's contract key (in layer order) and the distinct contracts, each proved
+    (and confirmed) once; with `views` each contract's report keeps its per-node views."""
+    of_rank = rank_builders(single_layers, parallel)
     with screening():
         order = [screen_block(single, of_rank[i], x, g, world, f"{name} layer {i}", inputs)
                  for i, single in enumerate(single_layers)]
@@ -109,9 +126,7 @@ def verify_blocks(single_layers: list, parallel: Callable, x, g, world: int, nam
         if key not in prepared:  # the first layer of its class: captured for the proof
             prepared[key] = prepare_block(single_layers[i], of_rank[i], x, g, world, f"{name} layer {i}", inputs)
     for key, p in prepared.items():
-        report = verify_prepared(p, confirm_draws=confirm_draws, fixes=fixes)
+        report = verify_prepared(p, views=views, confirm_draws=confirm_draws, fixes=fixes)
         contracts[key] = eb.contract_of(key, [i for i, k in enumerate(order) if k == key], inputs, report,
                                         eb.structure_key([p.seq] + p.dist.graphs))
-    report = eb.combine(order, contracts, inputs, name)
-    report.stats["wall_seconds"] = round(time.perf_counter() - t0, 4)
-    return report
+    return order, contracts

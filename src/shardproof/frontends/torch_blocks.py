@@ -6,6 +6,7 @@ on: the input relations of ``x`` and ``g`` in, the proved relations of ``y``, ``
 the parameter gradients out."""
 from __future__ import annotations
 
+import hashlib
 from typing import Callable
 
 import torch
@@ -62,6 +63,19 @@ def _members(name: str):
         return None
 
 
+def _constant_text(value: torch.Tensor) -> str:
+    """A constant tensor's values as text (a hash), or a fresh opaque name where they are
+    unknown (fake or meta tensors)."""
+    from torch._subclasses.fake_tensor import is_fake
+    if is_fake(value) or value.is_meta:
+        _OPAQUE[0] += 1
+        return f"=<unknown #{_OPAQUE[0]}>"
+    from torch.utils._python_dispatch import _disable_current_modes
+    with _disable_current_modes():  # a plain tensor read plainly (an active fake mode would refuse it)
+        data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return "=" + hashlib.sha256(data).hexdigest()[:16]
+
+
 class _Recorder(TorchDispatchMode):
     """Every ATen op the program dispatches, as canonical text: tensors named by their graph
     input name or by the order they first appear, with shape, dtype, strides, storage
@@ -74,17 +88,20 @@ class _Recorder(TorchDispatchMode):
         self.keep = list(named.values())  # alive while recording: ids stay unique
         self.rows: list[str] = []
 
-    def _arg(self, value):
+    def _arg(self, value, made: bool = False):
+        """`made`: an op's output. A tensor first seen as an argument, neither a named input
+        nor an earlier output, was made outside the dispatcher (``torch.tensor(c)``): a
+        constant, recorded with its values (a fake one's are unknown: never equal)."""
         if isinstance(value, torch.Tensor):
             key = id(value)
             if key not in self.ids:
-                self.ids[key] = f"%{len(self.ids)}"
+                self.ids[key] = f"%{len(self.ids)}" + ("" if made else _constant_text(value))
                 self.keep.append(value)
             return (self.ids[key], tuple(value.shape), str(value.dtype), tuple(value.stride()), value.storage_offset())
         if isinstance(value, (list, tuple)):
-            return tuple(self._arg(v) for v in value)
+            return tuple(self._arg(v, made) for v in value)
         if isinstance(value, dict):
-            return tuple(sorted((k, self._arg(v)) for k, v in value.items()))
+            return tuple(sorted((k, self._arg(v, made)) for k, v in value.items()))
         if isinstance(value, (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
                               torch.memory_format)):
             return repr(value)
@@ -95,7 +112,7 @@ class _Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         groups = tuple(_members(v) for v in args if isinstance(v, str)) if "c10d" in str(func) else ()
-        self.rows.append(repr((str(func), self._arg(args), self._arg(kwargs), self._arg(out), groups)))
+        self.rows.append(repr((str(func), self._arg(args), self._arg(kwargs), self._arg(out, made=True), groups)))
         return out
 
 
@@ -112,7 +129,11 @@ def dispatch_text(program: nn.Module, data: dict) -> str:
     what ``make_fx`` would record of it, before functionalization and decompositions (both
     deterministic functions of this op stream and its tensors' metadata)."""
     from .torch_capture import program_inputs
-    recorder = _Recorder(program_inputs(program, data))
+    named = program_inputs(program, data)
+    if isinstance(program, nn.Module):  # the objects the program reads (program_inputs holds detached copies)
+        named.update({f"{n}@": t for n, t in (*program.named_parameters(remove_duplicate=False),
+                                               *program.named_buffers(remove_duplicate=False))})
+    recorder = _Recorder(named)
     with recorder:
         program(**data)
     return "\n".join(recorder.rows)

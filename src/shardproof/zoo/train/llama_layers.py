@@ -3,6 +3,7 @@
 one missing all_reduce (the MLP's g operator dropped: its output stays a partial sum over
 tp), and the whole stack's forward and backward as one case (for labelling on gloo).
 Not a zoo case itself (no ``case``): tests/cases/blocks_stack*.py are."""
+import contextlib
 import os
 import sys
 
@@ -12,7 +13,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the zoo models
 
-from llama_block import LlamaBlock, ParallelLlamaBlock  # noqa: E402
+from llama_block import LlamaBlock, ParallelLlamaBlock, rope_tables  # noqa: E402
 from mini_megatron import Mesh, MegatronTraining  # noqa: E402
 from shardproof import Case  # noqa: E402
 from shardproof.frontends.torch_blocks import BlockVJP  # noqa: E402
@@ -51,6 +52,29 @@ class QueryFromNextRank(TPLayer):
 
 
 BUGS = {"no-reduce": MlpWithoutReduce, "wrong-slice": QueryFromNextRank}
+
+_COLUMN, _ROW, _WHOLE = "Shard(0)", "Shard(1)", "Replicate()"
+TP_RELATIONS = {"x": _WHOLE, "g": _WHOLE, "block.attention_norm.weight": _WHOLE, "block.ffn_norm.weight": _WHOLE,
+                "block.rope_cos": _WHOLE, "block.rope_sin": _WHOLE, "block.wq.weight": _COLUMN,
+                "block.wk.weight": _COLUMN, "block.wv.weight": _COLUMN, "block.wo.weight": _ROW,
+                "block.w1.weight": _COLUMN, "block.w3.weight": _COLUMN, "block.w2.weight": _ROW}
+"""The plan's statement of how a tp rank's block inputs relate to the single-device block's
+(TPLayer slices q/k/v and w1/w3 by rows, wo and w2 by columns; norms and RoPE tables whole;
+the block's input and output gradient replicated, as Megatron's blocks take them): what
+shardproof.blocks_shapes proves a block from where values are absent (fake tensors). With
+KV heads fewer than ranks wk/wv are not Shard(0) (ranks share a head): not stated here."""
+
+
+@contextlib.contextmanager
+def rope_length(max_seq):
+    """Blocks built inside get RoPE tables of `max_seq` positions (llama_block's default is 16):
+    for sequences of a real model's length."""
+    defaults = rope_tables.__defaults__
+    rope_tables.__defaults__ = (defaults[0], max(max_seq, defaults[1]), *defaults[2:])
+    try:
+        yield
+    finally:
+        rope_tables.__defaults__ = defaults
 
 
 def full_layers(n_layers, hidden=HIDDEN, heads=HEADS, kv_heads=KV_HEADS, ffn=FFN):
