@@ -51,8 +51,8 @@ ROWS, REDUCED_SEQ = 1, 4
 ROPE_POSITIONS = 131072  # Llama-3.1's RoPE table; a training sequence reads its first `seq` rows
 FEATURES = {"rank classes (symmetry over dp)": "shardproof.frontends.rank_classes",
             "a proof per rank class": "shardproof.engine.classes",
-            "microbatch induction": "shardproof.engine.induction",
-            "step contracts (blocks + the step's tail)": "shardproof.step_contracts"}
+            "microbatch loops derived (traced once per distinct program)": "shardproof.frontends.microbatches",
+            "step contracts (blocks + the step's tail)": "shardproof.step_blocks"}
 
 
 def stack(n_layers: int, seq: int):
