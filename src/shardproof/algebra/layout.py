@@ -413,7 +413,7 @@ def _reshape_built(terms: TermStore, t: int, shape: tuple, reference: bool = Fal
         whole = terms.lookup("dot", (inner.attrs[0], None), inner.children)
         if whole is not None and _reshape_built(terms, whole, shape, reference):
             return True
-    base = inner.children[0] if inner.op == "reshape" else t
+    base = terms.reshaped_from(t)
     if tuple(shape) == terms.shape(base):
         return not reference or base in terms.reference
     found = terms.lookup("reshape", (tuple(shape),), (base,))
