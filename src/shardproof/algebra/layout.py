@@ -436,7 +436,7 @@ def _reshape_options(terms: TermStore, val: Val, grouping, new_shape) -> list | 
             for sizes, vecs, rem, tot in partial:
                 cands = _split_candidates(rem, b, tot)
                 if b == 1:  # a unit dim: a new dim of its own, or one position of a term dim split off
-                    cands = [(1, rem, np.zeros(1, np.int64))] + [c for c in cands if c[0] > 1 and c[0] < tot]
+                    cands = [(1, rem, np.zeros(1, np.int64))] + [c for c in cands if 1 < c[0] <= tot]
                 for tb, u, w in cands:
                     nxt.append(([tb] + sizes, [w] + vecs, u, tot // tb))
             partial = nxt
