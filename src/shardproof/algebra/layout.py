@@ -413,11 +413,14 @@ def _reshape_built(terms: TermStore, t: int, shape: tuple, reference: bool = Fal
         whole = terms.lookup("dot", (inner.attrs[0], None), inner.children)
         if whole is not None and _reshape_built(terms, whole, shape, reference):
             return True
-    base = terms.reshaped_from(t)
-    if tuple(shape) == terms.shape(base):
-        return not reference or base in terms.reference
-    found = terms.lookup("reshape", (tuple(shape),), (base,))
-    return found is not None and (not reference or found in terms.reference)
+    for base in dict.fromkeys((terms.reshaped_from(t), t)):  # a view's base, then the term itself
+        if tuple(shape) == terms.shape(base):
+            found = base
+        else:
+            found = terms.lookup("reshape", (tuple(shape),), (base,))
+        if found is not None and (not reference or found in terms.reference):
+            return True
+    return False
 
 
 def _reshape_options(terms: TermStore, val: Val, grouping, new_shape) -> list | None:

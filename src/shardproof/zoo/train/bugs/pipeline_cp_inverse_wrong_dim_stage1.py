@@ -57,5 +57,7 @@ class Training(MeshUlyssesTraining):
 def case(world_size: int = 4):
     return pp_cp_case(world_size, model=Training, name="pipeline_cp_inverse_wrong_dim_stage1",
                       meta={"source": "Ulysses all_to_all inverse concatenated along the wrong dim, one stage only",
-                            "bug": None, "bug_stage": 1, "bug_microbatch": 0, "bug_ranks": [2, 3],
-                            "bug_line": "torch.cat(recv, dim=3)"})
+                            "bug": "wrong-dim", "bug_node": "cat_9", "bug_op": "aten.cat", "bug_ranks": [2, 3],
+                            "bug_source": "pipeline_cp_inverse_wrong_dim_stage1.py:27", "bug_stage": 1,
+                            "bug_microbatch": 0, "bug_line": "torch.cat(recv, dim=3)",
+                            "hint": "cat combines elements along dim"})
