@@ -82,6 +82,14 @@ def test_ulysses_gqa_training_step_verified(world):
     assert holds["grad:layers.0.wk.weight"] == "Replicate()", holds
 
 
+@pytest.mark.sweep
+def test_ulysses_gqa_training_with_widened_kv_unknown_not_verified():
+    """Fewer KV heads than ranks (ulysses_gqa_train_widened.KNOWN_GAP): correct on gloo (below),
+    unknown naming RoPE's backward mul, never verified."""
+    report = _report("ulysses_gqa_train_widened", 4)
+    assert report.status == "unknown" and "op aten.mul" in report.reason, report.reason
+
+
 # ---------------------------------------------------------------- labels: real gloo groups
 
 @pytest.mark.sweep
@@ -98,7 +106,7 @@ def test_gqa_forward_bugs_wrong_on_gloo(name, world):
 
 @pytest.mark.sweep
 @pytest.mark.parametrize("name,world,cp", [("pipeline_llama_pp_cp", 4, 2), ("ulysses_gqa_train", 2, 2),
-                                           ("ulysses_gqa_train", 4, 4)])
+                                           ("ulysses_gqa_train", 4, 4), ("ulysses_gqa_train_widened", 4, 4)])
 def test_steps_correct_on_gloo(name, world, cp, monkeypatch):
     monkeypatch.setenv("SHARDPROOF_GLOO_TIMEOUT_S", "300")
     assert tp_gradients_agree(os.path.join(TRAIN, name + ".py"), world, tp=1, cp=cp)

@@ -17,6 +17,8 @@ WORLD_SIZES = (2, 4)
 def case(world_size: int = 2, **kw):
     kw.setdefault("microbatches", 1)
     kw.setdefault("batch", 2)
-    return mesh_case(world_size, pp=1, tp=1, cp=world_size, model=MeshUlyssesTraining, heads=8, kv_heads=4,
-                     name="ulysses_gqa_train",
-                     meta={"source": "DeepSpeed-Ulysses training step, grouped-query attention"}, **kw)
+    kw.setdefault("heads", 8)
+    kw.setdefault("kv_heads", 4)
+    kw.setdefault("name", "ulysses_gqa_train")
+    kw.setdefault("meta", {"source": "DeepSpeed-Ulysses training step, grouped-query attention"})
+    return mesh_case(world_size, pp=1, tp=1, cp=world_size, model=MeshUlyssesTraining, **kw)
