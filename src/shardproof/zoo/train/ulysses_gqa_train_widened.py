@@ -9,7 +9,9 @@ gap): each rank's gradient of its KV replica is a partial sum over its own query
 two replicas' pieces back to one rank, and the repeat's backward adds them -- completing the
 sum, which needs "a sum of complementary partial sums, each through the same linear map, is
 the map of the whole sum" as a local rewrite (today partial sums complete only through a
-collective).
+collective). On V's path (no RoPE) the same shows as nested sums: the copies summed in pairs on
+each rank, then the pairs summed, where the single device sums each group of 4 copies at once
+(``sum(reshape(sum(reshape(x))))`` is not yet normalized to the one sum).
 
     shardproof verify src/shardproof/zoo/train/ulysses_gqa_train_widened.py --world-size 4
 """
