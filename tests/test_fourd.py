@@ -43,14 +43,17 @@ def test_pp2_cp2_step_verified():
 
 
 @pytest.mark.sweep
-def test_pp2_cp2_bug_on_stage1_located():
-    """The wrong concatenation on stage 1 only: a violation on stage 1's two ranks, in the first
-    microbatch, at the concatenation (never on stage 0)."""
-    meta = importlib.import_module("pipeline_cp_inverse_wrong_dim_stage1").case(4).meta
-    report = _report("pipeline_cp_inverse_wrong_dim_stage1", 4)
+@pytest.mark.parametrize("world", [4, 16])
+def test_stage1_bug_located(world):
+    """The wrong concatenation on stage 1 only (pp2 x cp2, and the 4-D dp2 x pp2 x tp2 x cp2
+    step): a violation on every rank of stage 1 (never stage 0), in the first microbatch, at
+    the concatenation."""
+    meta = importlib.import_module("pipeline_cp_inverse_wrong_dim_stage1").case(world).meta
+    report = _report("pipeline_cp_inverse_wrong_dim_stage1", world)
     assert report.status == "violation", report.reason
     f = report.findings[0]
-    assert (sorted(f.rank), f.stage, f.microbatch, f.op) == (meta["bug_ranks"], 1, 0, "aten.cat"), f
+    assert (sorted(f.rank), f.stage, f.microbatch, f.node, f.op, f.kind) == (
+        meta["bug_ranks"], 1, 0, meta["bug_node"], meta["bug_op"], meta["bug"]), f
 
 
 @pytest.mark.parametrize("world", [pytest.param(2, marks=pytest.mark.sweep), 4])
@@ -117,9 +120,10 @@ def test_steps_correct_on_gloo(name, world, cp, monkeypatch):
 
 
 @pytest.mark.sweep
-def test_stage1_bug_wrong_on_gloo():
-    single, ranks = training_gradients(os.path.join(TRAIN, "bugs", "pipeline_cp_inverse_wrong_dim_stage1.py"), 4,
-                                       timeout=300)
+@pytest.mark.parametrize("world", [4, 16])
+def test_stage1_bug_wrong_on_gloo(world):
+    single, ranks = training_gradients(os.path.join(TRAIN, "bugs", "pipeline_cp_inverse_wrong_dim_stage1.py"), world,
+                                       timeout=600)
     assert all(isinstance(r, dict) for r in ranks), ranks
     assert not all(torch.allclose(r[n].double(), g.detach().double(), rtol=1e-5, atol=1e-6)
                    for r in ranks for n, g in single.items())

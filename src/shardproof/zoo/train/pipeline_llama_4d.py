@@ -27,5 +27,7 @@ def case(world_size: int = 16, **kw):
     kw.setdefault("batch", 4)
     kw.setdefault("heads", 8)  # 4 heads per tp rank, 2 per cp rank
     kw.setdefault("kv_heads", 4)  # 2 KV heads per tp rank, 1 per cp rank
-    return mesh_case(world_size, cp=2, model=MeshUlyssesTraining, name="pipeline_llama_4d",
-                     meta={"source": "Megatron-style dp x pp x tp x cp Llama step: 1F1B, TP f/g, Ulysses CP"}, **kw)
+    kw.setdefault("model", MeshUlyssesTraining)
+    kw.setdefault("name", "pipeline_llama_4d")
+    kw.setdefault("meta", {"source": "Megatron-style dp x pp x tp x cp Llama step: 1F1B, TP f/g, Ulysses CP"})
+    return mesh_case(world_size, cp=2, **kw)

@@ -10,9 +10,10 @@ import torch.nn.functional as F
 
 from mini_mesh import AllToAll, MeshUlyssesTraining, UlyssesLlamaBlock, _all_to_all
 from llama_block import repeat_kv
+from pipeline_llama_4d import case as fourd_case
 from pipeline_llama_pp_cp import case as pp_cp_case
 
-WORLD_SIZES = (4,)
+WORLD_SIZES = (4, 16)
 
 
 class WrongDimBack(AllToAll):
@@ -55,9 +56,13 @@ class Training(MeshUlyssesTraining):
 
 
 def case(world_size: int = 4):
-    return pp_cp_case(world_size, model=Training, name="pipeline_cp_inverse_wrong_dim_stage1",
-                      meta={"source": "Ulysses all_to_all inverse concatenated along the wrong dim, one stage only",
-                            "bug": "wrong-dim", "bug_node": "cat_9", "bug_op": "aten.cat", "bug_ranks": [2, 3],
-                            "bug_source": "pipeline_cp_inverse_wrong_dim_stage1.py:27", "bug_stage": 1,
-                            "bug_microbatch": 0, "bug_line": "torch.cat(recv, dim=3)",
-                            "hint": "cat combines elements along dim"})
+    """4 ranks: the pp2 x cp2 step; 16: the 4-D dp2 x pp2 x tp2 x cp2 step (stage 1: the upper half)."""
+    meta = {"source": "Ulysses all_to_all inverse concatenated along the wrong dim, one stage only",
+            "bug": "wrong-dim", "bug_node": "cat_9", "bug_op": "aten.cat",
+            "bug_ranks": list(range(world_size // 2, world_size)),
+            "bug_source": "pipeline_cp_inverse_wrong_dim_stage1.py:28", "bug_stage": 1, "bug_microbatch": 0,
+            "bug_line": "torch.cat(recv, dim=3)", "hint": "cat combines elements along dim"}
+    name = "pipeline_cp_inverse_wrong_dim_stage1"
+    if world_size == 4:
+        return pp_cp_case(world_size, model=Training, name=name, meta=meta)
+    return fourd_case(world_size, model=Training, name=name, meta=meta)
