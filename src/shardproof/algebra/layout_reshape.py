@@ -114,11 +114,14 @@ def _reshape_built(terms: TermStore, t: int, shape: tuple, reference: bool = Fal
         whole = terms.lookup("dot", (inner.attrs[0], None), inner.children)
         if whole is not None and _reshape_built(terms, whole, shape, reference):
             return True
-    base = inner.children[0] if inner.op == "reshape" else t
-    if tuple(shape) == terms.shape(base):
-        return not reference or base in terms.reference
-    found = terms.lookup("reshape", (tuple(shape),), (base,))
-    return found is not None and (not reference or found in terms.reference)
+    for base in dict.fromkeys((terms.reshaped_from(t), t)):  # a view's base, then the term itself
+        if tuple(shape) == terms.shape(base):
+            found = base
+        else:
+            found = terms.lookup("reshape", (tuple(shape),), (base,))
+        if found is not None and (not reference or found in terms.reference):
+            return True
+    return False
 
 
 def _reshape_options(terms: TermStore, val: Val, grouping, new_shape) -> list | None:
@@ -137,7 +140,7 @@ def _reshape_options(terms: TermStore, val: Val, grouping, new_shape) -> list | 
             for sizes, vecs, rem, tot in partial:
                 cands = _split_candidates(rem, b, tot)
                 if b == 1:  # a unit dim: a new dim of its own, or one position of a term dim split off
-                    cands = [(1, rem, np.zeros(1, np.int64))] + [c for c in cands if c[0] > 1 and c[0] < tot]
+                    cands = [(1, rem, np.zeros(1, np.int64))] + [c for c in cands if 1 < c[0] <= tot]
                 for tb, u, w in cands:
                     nxt.append(([tb] + sizes, [w] + vecs, u, tot // tb))
             partial = nxt

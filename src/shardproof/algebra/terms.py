@@ -50,6 +50,7 @@ class TermStore:
         self._ids: dict[tuple, int] = {}
         self._by_op: dict[str, list[int]] = {}
         self._rewritten: dict[tuple, int] = {}  # a term a rewrite turned into another: its key -> the result
+        self._reshaped_from: dict[int, int] = {}  # a reshape a rewrite normalized (e.g. into a sum of views): -> its base
         # term ops this store built elementwise (operands broadcast to the result) and as reductions
         # over dims (attrs ``(dims, keepdim, over, ...)``), as the compute lemmas build them; per
         # store, so one verification never reads what another built
@@ -67,6 +68,8 @@ class TermStore:
             if out is not None:
                 if children:
                     self._rewritten[(op, attrs, tuple(children))] = out
+                    if op == "reshape":
+                        self._reshaped_from.setdefault(out, children[0])
                 return out
         for rule in ANY_REWRITES:
             out = rule(self, op, attrs, tuple(children), tuple(shape))
@@ -86,6 +89,13 @@ class TermStore:
     def of_op(self, op: str) -> list[int]:
         """The ids of the terms built with `op`, oldest first (no scan of the whole store)."""
         return self._by_op.get(op, [])
+
+    def reshaped_from(self, tid: int) -> int:
+        """The term `tid` is a reshape of: its child if it is a reshape term, the base of a
+        reshape that a rewrite turned into `tid` (``view(a + b)`` built as ``view(a) + view(b)``),
+        else `tid` itself. Flat positions are the same in both."""
+        term = self.terms[tid]
+        return term.children[0] if term.op == "reshape" else self._reshaped_from.get(tid, tid)
 
     def lookup(self, op: str, attrs: tuple, children: tuple[int, ...]) -> int | None:
         """The term built already as `op` of `children`, or the equal term a rewrite made of it."""

@@ -94,7 +94,8 @@ class AllToAll(torch.autograd.Function):
 class UlyssesLlamaBlock(MeshLlamaBlock):
     """The tp block with its attention context-parallel (DeepSpeed-Ulysses): the input is the
     rank's sequence shard; q/k/v trade the sequence shard for a head shard (the rank's KV heads
-    must split over cp as its query heads do: each cp rank keeps its query heads' KV heads),
+    split over cp as its query heads do, each cp rank keeping its query heads' KV heads; fewer KV
+    heads than cp ranks are repeated per group first, ``widen_kv``),
     RoPE and causal (grouped-query) attention run over the whole sequence, and the output
     trades back."""
 
@@ -102,10 +103,17 @@ class UlyssesLlamaBlock(MeshLlamaBlock):
         super().__init__(full, mesh)
         self.cp_group = mesh.cp_group
 
+    def widen_kv(self, t):
+        """Fewer KV heads than cp ranks: each repeated (per group, as ``repeat_kv``) before the
+        split, so that every rank receives the replica its query heads share."""
+        cp = dist.get_world_size(self.cp_group)
+        return t if t.shape[1] % cp == 0 else repeat_kv(t, cp // t.shape[1])
+
     def attention(self, x):
         b, s, _ = x.shape
-        q, k, v = (AllToAll.apply(t, self.cp_group, 1, 2) for t in self.qkv(x))
-        n_rep = self.local_heads // self.local_kv_heads
+        q, k, v = self.qkv(x)
+        q, k, v = (AllToAll.apply(t, self.cp_group, 1, 2) for t in (q, self.widen_kv(k), self.widen_kv(v)))
+        n_rep = q.shape[1] // k.shape[1]
         o = F.scaled_dot_product_attention(self.rope(q), repeat_kv(self.rope(k), n_rep), repeat_kv(v, n_rep),
                                            is_causal=True, scale=self.attention_scale())
         o = AllToAll.apply(o, self.cp_group, 2, 1)
