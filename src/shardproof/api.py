@@ -594,11 +594,15 @@ def _graph_runs(p: Prepared, torch_exec, n: int):
     values are dropped before the next set runs)."""
     from .engine.confirm import Execution, Unconfirmable
     draw = getattr(torch_exec, "draw_program_inputs", None)
+    from .engine.rng import plan_randomness  # random ops draw corresponding randomness (or cannot run)
+    randomness = plan_randomness(p.seq, p.dist, p.bindings)
+    if randomness is not None and randomness.blocked:
+        raise Unconfirmable(randomness.blocked)
     for i in range(n):
         s_in, d_in = (draw(p.seq, p.dist, p.bindings, i) if draw is not None
                       else numeric_inputs(p.seq, p.dist, p.bindings, p.examples, i))
         try:
-            s_out, d_out = torch_exec.execute(p.seq, p.dist, s_in, d_in)
+            s_out, d_out = torch_exec.execute(p.seq, p.dist, s_in, d_in, randomness=randomness, seed=i)
         except Exception as exc:  # noqa: BLE001  (a graph torch cannot run: not confirmed, said so)
             raise Unconfirmable(f"executing the graphs with torch failed: {type(exc).__name__}: {exc}") from None
         yield Execution(f"draw {i + 1}", s_in, s_out, d_in, d_out)

@@ -10,10 +10,12 @@ Every node runs as PyTorch would run it:
 * collectives are computed across the ranks' values in lockstep
   (:func:`shardproof.engine.lockstep.run_lockstep`: matched per group in program order, as
   a process group matches them), with the groups and reduce ops the IR records;
+* random ops draw corresponding randomness when the caller gives the proved
+  correspondence (:mod:`shardproof.engine.rng`, :mod:`.torch_rng`);
 * a node whose op has none of these raises :class:`NotExecutable` (the caller reports
-  "not confirmed"); so do random ops (dropout with p > 0: no two programs draw the same
-  mask), constants whose value the dump does not print, and any node torch refuses or
-  whose result does not have the graph's shape.
+  "not confirmed"); so do random ops without that correspondence, constants whose value
+  the dump does not print, and any node torch refuses or whose result does not have the
+  graph's shape.
 
 Dtypes. Float values are *held in float64*: a float32 graph is executed in float64, so that
 the single-device and distributed results differ only by float64 rounding. Low-precision
@@ -48,6 +50,7 @@ import numpy as np
 import torch
 
 from ..engine.lockstep import run_lockstep
+from ..engine.rng import RANDOM_OPS as RANDOM
 from ..ops.registry import lookup
 from ..ir.graph import DistributedProgram, Graph, Node, TensorType
 from .torch_exec_ops import COLLECTIVES, FRAMEWORK, HELD, LOW_PRECISION, PYTHON, XLA
@@ -65,10 +68,6 @@ class NotExecutable(RuntimeError):
         super().__init__(f"{op}{where}: {reason}" if reason else f"{op}{where}")
 
 
-RANDOM = {"aten.native_dropout", "aten.dropout", "aten.bernoulli", "aten.rand", "aten.randn", "aten.rand_like",
-          "aten.randn_like", "aten.randint", "aten.randint_like", "aten.normal", "aten.uniform", "aten.randperm",
-          "aten.multinomial", "aten.rrelu", "aten.rrelu_with_noise", "aten.exponential", "aten.geometric",
-          "aten.cauchy", "aten.log_normal", "aten.random", "prims.inductor_random", "prims.inductor_seeds"}
 EMPTY = {"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
          "aten.empty_permuted"}
 CASTS = {"aten._to_copy", "aten.to", "aten.type_as", "prims.convert_element_type", "xla.convert",
@@ -110,7 +109,8 @@ def _deterministic_dropout(op: str, args, kwargs) -> bool:
     return p == 0 or train is False
 
 
-def _run_op(node: Node, args, kwargs):
+def _run_op(node: Node, args, kwargs, draw=None):
+    """`draw()`: the values a random node draws (None: random ops are not executable)."""
     op = node.op
     if op in XLA or op in FRAMEWORK:
         return (XLA.get(op) or FRAMEWORK[op])(*args, **kwargs)
@@ -128,6 +128,9 @@ def _run_op(node: Node, args, kwargs):
     if _deterministic_dropout(op, args, kwargs):  # not torch's kernel: on CUDA, p = 0 still drops
         x = args[0]                                  # an element now and then (uniform draws reach 1.0)
         return (x.clone(), torch.ones_like(x, dtype=torch.bool)) if op == "aten.native_dropout" else x.clone()
+    if op in RANDOM and draw is not None:
+        from .torch_rng import run_random
+        return run_random(op, draw(), args, kwargs)
     if op in RANDOM:
         raise NotExecutable(op, "a random op: the programs cannot draw the same randomness", node.name)
     if isinstance(kwargs.get("device"), str):
@@ -211,8 +214,9 @@ def _constant(node: Node, device):
 class _Runner:
     """Runs one graph's local nodes, freeing each value after its last use."""
 
-    def __init__(self, graph: Graph, inputs: dict, rounding: str, device):
+    def __init__(self, graph: Graph, inputs: dict, rounding: str, device, randomness=None, rank=None):
         self.graph, self.inputs, self.device = graph, inputs, device
+        self.randomness, self.rank = randomness, rank
         self.every, self.never = rounding == "every", rounding == "none"
         self.index = {n: i for i, n in enumerate(graph.nodes)}
         last = {n: i for i, n in enumerate(graph.nodes)}
@@ -246,7 +250,8 @@ class _Runner:
         args, kwargs = _resolve(node.args, env), _resolve(node.kwargs, env)
         try:
             with torch.no_grad():
-                out = _run_op(node, args, kwargs)
+                draw = None if self.randomness is None else (lambda: self.randomness.draw(self.rank, node))
+                out = _run_op(node, args, kwargs, draw)
         except NotExecutable:
             raise
         except Exception as exc:  # torch refuses the node: not confirmed, with torch's reason
@@ -275,8 +280,10 @@ def _numpy(value):
     return np.asarray(value)
 
 
-def _run(graphs: list[Graph], inputs: list[dict], rounding: str, device) -> list[dict]:
-    runners = [_Runner(g, inputs[r], rounding, device) for r, g in enumerate(graphs)]
+def _run(graphs: list[Graph], inputs: list[dict], rounding: str, device, randomness=None,
+         single: bool = False) -> list[dict]:
+    runners = [_Runner(g, inputs[r], rounding, device, randomness, None if single else r)
+               for r, g in enumerate(graphs)]
     result = run_lockstep(graphs, lambda r, n, env: runners[r](r, n, env), _collective)
     if result.mismatch is not None:
         node = result.mismatch.nodes[0]
@@ -286,16 +293,24 @@ def _run(graphs: list[Graph], inputs: list[dict], rounding: str, device) -> list
 
 def execute(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, np.ndarray],
             rank_inputs: list[dict[str, np.ndarray]], *, round_low_precision: str = "casts",
-            device: str = "cpu") -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+            device: str = "cpu", randomness=None, seed: int = 0
+            ) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
     """Run the single-device graph and every rank's graph with torch's kernels; returns
     (output name -> value, [output name -> value per rank]). Float values come back in
     float64 (see the module docstring); raises :class:`NotExecutable` naming the first node
     that cannot run. `device` ("cpu", "cuda"): where the tensors live; the results agree
-    (the real GPT dump: 6e-16 on CPU in 32 s, 0 on an H200 in 3 s)."""
+    (the real GPT dump: 6e-16 on CPU in 32 s, 0 on an H200 in 3 s). `randomness` (a
+    :class:`~shardproof.engine.rng.RandomPlan`): random ops draw corresponding randomness
+    (value set `seed`, :mod:`.torch_rng`); without it, or where it is blocked, a random op
+    is not executable."""
     if round_low_precision not in ("casts", "every", "none"):
         raise ValueError("round_low_precision is 'casts', 'every' or 'none'")
-    single = _run([seq], [seq_inputs], round_low_precision, device)[0]
-    ranks = _run(dist.graphs, rank_inputs, round_low_precision, device)
+    if randomness is not None and randomness.blocked:
+        raise NotExecutable("random op", randomness.blocked)
+    from .torch_rng import Randomness
+    rng = None if randomness is None else Randomness(randomness, seed, device)
+    single = _run([seq], [seq_inputs], round_low_precision, device, rng, single=True)[0]
+    ranks = _run(dist.graphs, rank_inputs, round_low_precision, device, rng)
     return single, ranks
 
 
