@@ -236,6 +236,7 @@ class Prepared:
     pairing: list = field(default_factory=list)  # dumps with --auto-relations: how outputs were paired
     stated: frozenset = frozenset()  # outputs expected as the returned DTensor's placements state
     capture: Optional[dict] = None  # a live case's capture: seconds, executor, units (engine/executor.py)
+    partial_ok: tuple = ()  # dumps: outputs allowed to be partial sums (engine/partial_outputs.py)
 
 
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
@@ -360,7 +361,7 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
                                for g in graphs])
     name = f"{os.fspath(seq_path)} vs {os.fspath(dist_path)}" if isinstance(dist_path, (str, os.PathLike)) else ""
     return Prepared(seq, dist, bindings, {s: rel for s, (_, rel) in pairs.items() if rel is not None}, {}, name,
-                    pairing=pairing)
+                    pairing=pairing, partial_ok=tuple(file.partial_outputs))
 
 
 def _graph(path, kind: str, graph: str | None) -> str | None:
@@ -442,12 +443,16 @@ def verify_case(case: Case, world_size: int | None = None, relations: dict | Non
 def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
                  expect: dict | None = None, kind: str | None = None, progress: Progress = None,
                  views: bool = False, world_size: int | None = None, confirm_draws: int | None = None,
-                 symbols: dict | None = None, graph: str | None = None, fixes: bool | None = None) -> Report:
+                 symbols: dict | None = None, graph: str | None = None, fixes: bool | None = None,
+                 allow_partial_outputs=None) -> Report:
     """Load and verify graph dumps (see :func:`prepare_dumps` for the options; `views`,
-    `confirm_draws` and `fixes`: see :func:`verify_prepared`)."""
+    `confirm_draws` and `fixes`: see :func:`verify_prepared`). `allow_partial_outputs`:
+    output names or globs (``["*"]``: all) that may be partial sums completed outside the
+    graph (:mod:`~shardproof.engine.partial_outputs`), besides the file's ``partial_outputs:``."""
     t0 = time.perf_counter()
     p = prepare_dumps(seq_path, dist_path, relations_file, auto_relations, expect, kind, progress, world_size,
                       symbols, graph)
+    p.partial_ok += tuple(allow_partial_outputs or ())
     return _timed(verify_prepared(p, views, _offset(progress, 2, 2 + len(ENGINE_STAGES)), confirm_draws, fixes), t0)
 
 
@@ -498,6 +503,9 @@ def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
     if TEMPORAL and p.dist.graphs and all(getattr(g, "events", None) is not None for g in p.dist.graphs):
         from .engine.temporal import apply_to_report  # before confirming: a program that hangs is not run
         apply_to_report(report, [g.events for g in p.dist.graphs])
+    if p.case is None:  # dumps: a partial output is verified only where the user allows it
+        from .engine.partial_outputs import gate
+        gate(report, p.expect, p.partial_ok)
     if report.status == "verified":
         confirm(p, report, CONFIRM_DRAWS if confirm_draws is None else confirm_draws)
     report.stats["timings"] = executor.stage_times(p.capture, report.stats.get("seconds", 0.0),
@@ -578,18 +586,17 @@ def _execute_graphs(p: Prepared, seeds: list) -> list:
         from .frontends import torch_exec
     except ImportError as exc:
         raise Unconfirmable(f"graph dumps are not executed by this installation ({exc})") from None
-    estimate = getattr(torch_exec, "estimate_bytes", None)
-    if estimate is not None:
-        need, name, size = estimate(p.seq, p.dist)
-        if need > EXEC_BYTES:
-            raise Unconfirmable(f"too large to execute here: about {need / 2**30:.1f} GiB (the largest tensor, "
-                                f"{name}, is {size / 2**20:.0f} MiB)")
-        if need > EXEC_BYTES_PER_DRAW:  # a large graph: one value set (the report says how many ran)
-            seeds = seeds[:1]
-    return _graph_runs(p, torch_exec, len(seeds))
+    from .frontends.torch_stream import fitting  # ranks one at a time, f32 held as declared, where needed
+    need, name, size, how = fitting(p.seq, p.dist, EXEC_BYTES)
+    if how is None:
+        raise Unconfirmable(f"too large to execute here: about {need / 2**30:.1f} GiB (the largest tensor, "
+                            f"{name}, is {size / 2**20:.0f} MiB)")
+    if need > EXEC_BYTES_PER_DRAW:  # a large graph: one value set (the report says how many ran)
+        seeds = seeds[:1]
+    return _graph_runs(p, torch_exec, len(seeds), how)
 
 
-def _graph_runs(p: Prepared, torch_exec, n: int):
+def _graph_runs(p: Prepared, torch_exec, n: int, how: dict | None = None):
     """The value sets, executed one at a time as the judge asks for them (a large graph's
     values are dropped before the next set runs)."""
     from .engine.confirm import Execution, Unconfirmable
@@ -602,7 +609,8 @@ def _graph_runs(p: Prepared, torch_exec, n: int):
         s_in, d_in = (draw(p.seq, p.dist, p.bindings, i) if draw is not None
                       else numeric_inputs(p.seq, p.dist, p.bindings, p.examples, i))
         try:
-            s_out, d_out = torch_exec.execute(p.seq, p.dist, s_in, d_in, randomness=randomness, seed=i)
+            s_out, d_out = torch_exec.execute(p.seq, p.dist, s_in, d_in, randomness=randomness, seed=i,
+                                              **(how or {}))
         except Exception as exc:  # noqa: BLE001  (a graph torch cannot run: not confirmed, said so)
             raise Unconfirmable(f"executing the graphs with torch failed: {type(exc).__name__}: {exc}") from None
         yield Execution(f"draw {i + 1}", s_in, s_out, d_in, d_out)

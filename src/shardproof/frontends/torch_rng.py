@@ -30,7 +30,7 @@ class Randomness:
         g = torch.Generator(device=self.device)
         g.manual_seed(stream_key(self.seed, seq_node))
         make = torch.randn if normal else torch.rand
-        return make(tuple(shape), generator=g, dtype=torch.float32, device=self.device).to(torch.float64)
+        return make(tuple(shape), generator=g, dtype=torch.float32, device=self.device)
 
     def draw(self, rank, node: Node) -> torch.Tensor:
         """The values `node` draws: its own (single-device, rank None) or its piece of the
@@ -51,7 +51,8 @@ def run_random(op: str, raw: torch.Tensor, args, kwargs):
         x = args[0]
         p = float(kwargs.get("p", args[1] if len(args) > 1 else 0.5))
         keep = raw >= p
-        out = torch.where(keep, x / (1 - p), torch.zeros_like(x)) if p < 1 else torch.zeros_like(x)
+        del raw
+        out = x.mul(keep).div_(1 - p) if p < 1 else torch.zeros_like(x)
         return (out, keep) if op == "aten.native_dropout" else out
     if op == "aten.bernoulli":
         p = kwargs.get("p", args[1] if len(args) > 1 and not isinstance(args[1], torch.Generator) else None)

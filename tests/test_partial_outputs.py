@@ -1,0 +1,73 @@
+"""A dump whose output is a partial sum across the ranks (a gradient before the reduction
+that runs outside the graph, or a missing all-reduce) is never verified silently: unknown
+naming the output and the next step, unless the user allows it (--allow-partial-outputs,
+YAML partial_outputs:), then verified up to a reduction the graph does not contain."""
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from shardproof.api import verify_dumps  # noqa: E402
+
+
+def _graph(cols: int, reduce: bool) -> str:
+    tail = ('        ar: "f32[8, 4]" = torch.ops._c10d_functional.all_reduce.default(mm, "sum", "0")\n'
+            '        grad: "f32[8, 4]" = torch.ops._c10d_functional.wait_tensor.default(ar)\n' if reduce else
+            '        grad: "f32[8, 4]" = torch.ops.aten.mul.Tensor(mm, 2.0)\n')
+    if reduce:
+        tail = tail.replace("(mm,", "(mul,").replace("        ar:", '        mul: "f32[8, 4]" = '
+                                                    'torch.ops.aten.mul.Tensor(mm, 2.0)\n        ar:')
+    return ('class GraphModule(torch.nn.Module):\n'
+            f'    def forward(self, x: "f32[8, {cols}]", w: "f32[{cols}, 4]"):\n'
+            '        mm: "f32[8, 4]" = torch.ops.aten.mm.default(x, w)\n' + tail + "        return (grad,)\n")
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory):
+    root = tmp_path_factory.mktemp("partial")
+    for folder, cols, ranks, reduce in (("tp1", 6, 1, False), ("tp2", 3, 2, False), ("tp2r", 3, 2, True)):
+        (root / folder).mkdir()
+        for r in range(ranks):
+            (root / folder / f"fw.g0.r{r}.py").write_text(_graph(cols, reduce))
+    (root / "rel.yaml").write_text("inputs:\n  x: Shard(1)\n  w: Shard(0)\n")
+    (root / "allow.yaml").write_text("inputs:\n  x: Shard(1)\n  w: Shard(0)\npartial_outputs: [grad]\n")
+    return root
+
+
+def test_partial_output_is_unknown_naming_it_and_the_next_step(dumps):
+    report = verify_dumps(dumps / "tp1", dumps / "tp2", str(dumps / "rel.yaml"), auto_relations=True)
+    assert report.status == "unknown" and report.partial_outputs == []
+    assert [(o.name, o.holds) for o in report.outputs] == [("grad", 'Partial("sum")')]
+    assert "grad (Partial(\"sum\"))" in report.reason and "--allow-partial-outputs grad" in report.reason
+    assert report.confirmation is None  # not run: nothing to confirm as verified
+
+
+def test_allowed_partial_output_is_verified_up_to_the_reduction(dumps):
+    for kw, rel in (({"allow_partial_outputs": ["grad"]}, "rel.yaml"), ({"allow_partial_outputs": ["*"]}, "rel.yaml"),
+                    ({}, "allow.yaml")):
+        report = verify_dumps(dumps / "tp1", dumps / "tp2", str(dumps / rel), auto_relations=True, **kw)
+        assert report.status == "verified" and report.partial_outputs == ["grad"], (kw, rel, report)
+        assert report.confirmation.outcome == "confirmed"  # the ranks' values sum to the single-device one
+        assert report.to_json()["partial_outputs"] == ["grad"]
+
+
+def test_reduced_output_needs_no_allowance_and_stated_expectations_rule(dumps):
+    report = verify_dumps(dumps / "tp1", dumps / "tp2r", str(dumps / "rel.yaml"), auto_relations=True)
+    assert report.status == "verified" and report.partial_outputs == [], report
+    report = verify_dumps(dumps / "tp1", dumps / "tp2", str(dumps / "rel.yaml"), expect={"grad": 'Partial("sum")'})
+    assert report.status == "verified" and report.partial_outputs == [], report  # stated: judged by it alone
+    report = verify_dumps(dumps / "tp1", dumps / "tp2", str(dumps / "rel.yaml"), expect={"grad": "Replicate()"},
+                          allow_partial_outputs=["*"])
+    assert report.status == "violation", report
+
+
+def test_cli_flag(dumps):
+    cli = [sys.executable, "-m", "shardproof.cli", "verify", "--seq", str(dumps / "tp1"), "--dist", str(dumps / "tp2"),
+           "--relations", str(dumps / "rel.yaml"), "--auto-relations"]
+    done = subprocess.run(cli, capture_output=True, text=True)
+    assert done.returncode == 2 and "--allow-partial-outputs grad" in done.stdout, done.stdout + done.stderr
+    done = subprocess.run(cli + ["--allow-partial-outputs"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "verified up to a reduction the graph does not contain: grad" in done.stdout
