@@ -587,7 +587,8 @@ def _execute_graphs(p: Prepared, seeds: list) -> list:
     except ImportError as exc:
         raise Unconfirmable(f"graph dumps are not executed by this installation ({exc})") from None
     from .frontends.torch_stream import fitting  # ranks one at a time, f32 held as declared, where needed
-    need, name, size, how = fitting(p.seq, p.dist, EXEC_BYTES)
+    from .engine.budget import memory_limit  # --max-memory, where given, is the bound instead
+    need, name, size, how = fitting(p.seq, p.dist, memory_limit() or EXEC_BYTES)
     if how is None:
         raise Unconfirmable(f"too large to execute here: about {need / 2**30:.1f} GiB (the largest tensor, "
                             f"{name}, is {size / 2**20:.0f} MiB)")
