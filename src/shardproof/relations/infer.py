@@ -110,7 +110,8 @@ def load_yaml(path: str) -> RelationsFile:
     """Read a relations file: sections ``inputs:`` (name/glob -> relation), ``expect:``
     (output name -> relation), ``constants:`` (name -> number, or {seq: n, dist: n}, or
     ``same``: an unprinted constant holding the same value in both programs) and
-    ``symbols:`` (symbolic size -> integer, or {seq: n, dist: n});
+    ``symbols:`` (symbolic size -> integer, or {seq: n, dist: n}) and ``partial_outputs:``
+    (outputs that may be partial sums completed outside the graph);
     a file without sections is an ``inputs`` mapping."""
     import yaml
     try:
