@@ -32,7 +32,9 @@ class Spilled:
 
 
 class Spill:
-    """Writes the values of the ranks not running to `folder` (a scratch folder by default)."""
+    """Writes the values of the ranks not running to `folder` (a scratch folder by default).
+    A value read back is a copy: views of one storage stop sharing it (dumps are functional;
+    an in-place op on a spilled alias would not reach its base)."""
 
     def __init__(self, folder: str | None = None):
         self.folder = folder or tempfile.mkdtemp(prefix="shardproof-spill-")
@@ -56,6 +58,8 @@ class Spill:
     def _write(self, value: torch.Tensor) -> Spilled:
         self.count += 1
         path = os.path.join(self.folder, f"{self.count}.pt")
+        if value.untyped_storage().nbytes() > value.numel() * value.element_size():
+            value = value.clone()  # a view: its own elements, not the whole storage it views
         torch.save(value, path)
         self.written += value.numel() * value.element_size()
         return Spilled(path)
