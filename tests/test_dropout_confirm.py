@@ -112,3 +112,30 @@ def test_a_draw_with_no_single_device_counterpart_cannot_be_run(tmp_path):
     report = verify_dumps(seq, dist, rel)
     assert report.status == "unknown" and report.confirmation.outcome == "skipped", report
     assert "noise on rank 1" in report.reason and "corresponding randomness" in report.reason
+
+
+# ---------------------------------------------------------------- the labels, on a real gloo group
+
+X, W = np.random.default_rng(7).standard_normal((8, 6)), np.random.default_rng(8).standard_normal((6, 4))
+
+
+def _masked(lo_of_rank):
+    """Each rank's `_mask` program in PyTorch: the seed replicated (torch.manual_seed on every
+    rank, as a data-parallel program seeds), the mask drawn whole, the rows [lo, lo + 4) taken."""
+    def program(rank, world):
+        torch.manual_seed(1234)
+        h = torch.tensor(X[4 * rank:4 * rank + 4]) @ torch.tensor(W)
+        mask = torch.empty(8, 4, dtype=torch.float64).bernoulli_(0.9)
+        lo = lo_of_rank(rank)
+        return (h * mask[lo:lo + 4] / 0.9).numpy()
+    return program
+
+
+def test_mask_pairs_are_labelled_by_pytorch_on_gloo():
+    from gloo import run_fn_on_gloo
+    torch.manual_seed(1234)
+    whole = (torch.tensor(X) @ torch.tensor(W) * torch.empty(8, 4, dtype=torch.float64).bernoulli_(0.9) / 0.9).numpy()
+    right = run_fn_on_gloo(_masked(lambda r: 4 * r), 2)
+    wrong = run_fn_on_gloo(_masked(lambda r: 4), 2)
+    assert np.allclose(np.concatenate(right), whole)  # correct: each rank holds its Shard(0) rows
+    assert not np.allclose(wrong[0], whole[:4]) and np.allclose(wrong[1], whole[4:])  # rank 0 is wrong

@@ -2,6 +2,7 @@
 that runs outside the graph, or a missing all-reduce) is never verified silently: unknown
 naming the output and the next step, unless the user allows it (--allow-partial-outputs,
 YAML partial_outputs:), then verified up to a reduction the graph does not contain."""
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -68,3 +69,27 @@ def test_cli_flag(dumps, capsys):
     assert "--allow-partial-outputs grad" in " ".join(capsys.readouterr().out.split())
     assert main(cli + ["--allow-partial-outputs"]) == 0
     assert "verified up to a reduction the graph does not contain: grad" in " ".join(capsys.readouterr().out.split())
+
+
+def _rank(reduce: bool):
+    """The `_graph` ranks in PyTorch on a gloo group: x Shard(1), w Shard(0)."""
+    def program(rank, world):
+        import torch
+        import torch.distributed as dist
+        x, w = (torch.tensor(a) for a in _XW)
+        out = x[:, 3 * rank:3 * rank + 3] @ w[3 * rank:3 * rank + 3] * 2.0
+        if reduce:
+            dist.all_reduce(out)
+        return out.numpy()
+    return program
+
+
+_XW = (np.random.default_rng(3).standard_normal((8, 6)), np.random.default_rng(4).standard_normal((6, 4)))
+
+
+def test_the_pairs_are_labelled_by_pytorch_on_gloo():
+    from gloo import run_fn_on_gloo
+    whole = _XW[0] @ _XW[1] * 2.0
+    partial, reduced = run_fn_on_gloo(_rank(False), 2), run_fn_on_gloo(_rank(True), 2)
+    assert all(np.allclose(r, whole) for r in reduced)
+    assert not any(np.allclose(r, whole) for r in partial) and np.allclose(sum(partial), whole)
