@@ -542,6 +542,7 @@ def confirm(p: Prepared, report: Report, draws: int = CONFIRM_DRAWS) -> Report:
             raise Unconfirmable(f"too large to execute here: {big}")
         runs = _execute(p, [None] + list(range(1, draws + 1)))
         conf = judge(p.seq, p.dist, p.bindings, report.outputs, runs, by, time.perf_counter() - t0)
+        conf.seconds = round(time.perf_counter() - t0, 3)  # the runs too (dumps: executed as judged)
     except Unconfirmable as exc:
         conf = Confirmation(by, 0, "skipped", str(exc), round(time.perf_counter() - t0, 3))
     return settle(report, conf)
