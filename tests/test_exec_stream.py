@@ -80,3 +80,42 @@ def test_floats_held_as_declared_halve_the_estimate_and_agree(prepared):
     assert s_out["out2"].dtype == np.float32
     assert np.allclose(s_out["out2"], s_ref["out2"], rtol=1e-4, atol=1e-4)
     assert np.allclose(d_out[1]["out2"], s_ref["out2"], rtol=1e-4, atol=1e-4)
+
+
+REPLICATED = ('class GraphModule(torch.nn.Module):\n    def forward(self, x: "f32[64, 32]", w: "f32[32, 256]"):\n'
+              '        mm: "f32[64, 256]" = torch.ops.aten.mm.default(x, w)\n'
+              '        t: "f32[64, 256]" = torch.ops.aten.tanh.default(mm)\n{}'
+              '        return (out,)\n')
+
+
+def test_confirmation_streams_where_the_plain_run_does_not_fit(tmp_path, monkeypatch):
+    # every rank computes the whole (replicated) value: one rank at a time needs half the memory
+    import shardproof.api as api
+    from shardproof.engine.budget import budget
+    for folder, ranks, tail in (("tp1", 1, '        out: "f32[64, 256]" = torch.ops.aten.mul.Tensor(t, mm)\n'),
+                                ("tp2", 2, '        ar: "f32[64, 256]" = torch.ops._c10d_functional.all_reduce.default'
+                                           '(t, "max", "0")\n        w8: "f32[64, 256]" = torch.ops._c10d_functional.'
+                                           'wait_tensor.default(ar)\n        out: "f32[64, 256]" = '
+                                           'torch.ops.aten.mul.Tensor(w8, mm)\n')):
+        (tmp_path / folder).mkdir()
+        for r in range(ranks):
+            (tmp_path / folder / f"fw.g0.r{r}.py").write_text(REPLICATED.format(tail))
+    (tmp_path / "rel.yaml").write_text("inputs:\n  x: Replicate()\n  w: Replicate()\nexpect:\n  out: Replicate()\n")
+    p = prepare_dumps(str(tmp_path / "tp1"), str(tmp_path / "tp2"), str(tmp_path / "rel.yaml"))
+    wide, streamed = estimate_bytes(p.seq, p.dist)[0], estimate_bytes(p.seq, p.dist, stream=True)[0]
+    assert streamed < wide
+    spills = []
+    init = torch_stream.Spill.__init__
+
+    def counted(self, *a, **k):
+        init(self, *a, **k)
+        spills.append(self)
+    monkeypatch.setattr(torch_stream.Spill, "__init__", counted)
+    monkeypatch.setattr(api, "EXEC_BYTES", streamed)  # fits one rank at a time only
+    report = api.verify_prepared(p)
+    assert report.status == "verified" and report.confirmation.outcome == "confirmed" and spills
+    monkeypatch.setattr(api, "EXEC_BYTES", 1)  # fits no way: honestly unconfirmed
+    report = api.verify_prepared(p)
+    assert report.status == "unknown" and "too large to execute here" in report.confirmation.detail
+    with budget(max_bytes=64 << 30):  # --max-memory is the bound where given
+        assert api.verify_prepared(p).confirmation.outcome == "confirmed"
