@@ -38,8 +38,8 @@ def test_every_prefix_is_a_graph_or_a_dump_error(text):
 def test_cli_verifies_stablehlo_files_and_finds_a_dropped_all_reduce(tmp_path, capsys):
     """`shardproof verify` takes StableHLO text too (single device, and a shard_map module
     run once per partition); returning the partial product instead of its psum is a
-    Partial output (recoverable), and a violation at the contraction where the output must
-    be replicated."""
+    Partial output (recoverable only by a reduction the module does not contain: unknown
+    unless allowed), and a violation at the contraction where the output must be replicated."""
     from shardproof.cli import main
     seq = os.path.join(os.path.dirname(DATA), "tp_attention.single.mlir")
     assert main(["verify", "--seq", seq, "--dist", DATA, "--auto-relations"]) == 0
@@ -48,9 +48,12 @@ def test_cli_verifies_stablehlo_files_and_finds_a_dropped_all_reduce(tmp_path, c
     dropped = tmp_path / "dropped.mlir"
     dropped.write_text(text.replace("sdy.return %25 :", "sdy.return %24 :"))
     out = tmp_path / "r.json"
-    assert main(["verify", "--seq", seq, "--dist", str(dropped), "--auto-relations", "--json", str(out)]) == 0
+    assert main(["verify", "--seq", seq, "--dist", str(dropped), "--auto-relations", "--json", str(out)]) == 2
     import json
     assert json.loads(out.read_text())["outputs"][0]["holds"] == 'Partial("sum")'
+    assert main(["verify", "--seq", seq, "--dist", str(dropped), "--auto-relations", "--allow-partial-outputs",
+                 "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["partial_outputs"] == ["out0"]
     assert main(["verify", "--seq", seq, "--dist", str(dropped), "--auto-relations", "--expect", "out0=Replicate()",
                  "--json", str(out)]) == 1
     finding = json.loads(out.read_text())["findings"][0]

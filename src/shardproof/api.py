@@ -247,12 +247,16 @@ def verify_case(case: Case, world_size: int | None = None, relations: dict | Non
 def verify_dumps(seq_path, dist_path, relations_file: str | None = None, auto_relations: bool = False,
                  expect: dict | None = None, kind: str | None = None, progress: Progress = None,
                  views: bool = False, world_size: int | None = None, confirm_draws: int | None = None,
-                 symbols: dict | None = None, graph: str | None = None, fixes: bool | None = None) -> Report:
+                 symbols: dict | None = None, graph: str | None = None, fixes: bool | None = None,
+                 allow_partial_outputs=None) -> Report:
     """Load and verify graph dumps (see :func:`prepare_dumps` for the options; `views`,
-    `confirm_draws` and `fixes`: see :func:`verify_prepared`)."""
+    `confirm_draws` and `fixes`: see :func:`verify_prepared`). `allow_partial_outputs`:
+    output names or globs (``["*"]``: all) that may be partial sums completed outside the
+    graph (:mod:`~shardproof.engine.partial_outputs`), besides the file's ``partial_outputs:``."""
     t0 = time.perf_counter()
     p = prepare_dumps(seq_path, dist_path, relations_file, auto_relations, expect, kind, progress, world_size,
                       symbols, graph)
+    p.partial_ok += tuple(allow_partial_outputs or ())
     return _timed(verify_prepared(p, views, _offset(progress, 2, 2 + len(ENGINE_STAGES)), confirm_draws, fixes), t0)
 
 
@@ -299,6 +303,9 @@ def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
     if TEMPORAL and p.dist.graphs and all(getattr(g, "events", None) is not None for g in p.dist.graphs):
         from .engine.temporal import apply_to_report  # before confirming: a program that hangs is not run
         apply_to_report(report, [g.events for g in p.dist.graphs])
+    if p.case is None:  # dumps: a partial output is verified only where the user allows it
+        from .engine.partial_outputs import gate
+        gate(report, p.expect, p.partial_ok)
     if report.status == "verified":
         confirm(p, report, CONFIRM_DRAWS if confirm_draws is None else confirm_draws)
     report.stats["timings"] = executor.stage_times(p.capture, report.stats.get("seconds", 0.0),

@@ -69,3 +69,4 @@ class Prepared:
     pairing: list = field(default_factory=list)  # dumps with --auto-relations: how outputs were paired
     stated: frozenset = frozenset()  # outputs expected as the returned DTensor's placements state
     capture: Optional[dict] = None  # a live case's capture: seconds, executor, units (engine/executor.py)
+    partial_ok: tuple = ()  # dumps: outputs allowed to be partial sums (engine/partial_outputs.py)

@@ -31,6 +31,7 @@ def confirm(p: Prepared, report: Report, draws: int = CONFIRM_DRAWS) -> Report:
             raise Unconfirmable(f"too large to execute here: {big}")
         runs = _execute(p, [None] + list(range(1, draws + 1)))
         conf = judge(p.seq, p.dist, p.bindings, report.outputs, runs, by, time.perf_counter() - t0)
+        conf.seconds = round(time.perf_counter() - t0, 3)  # the runs too (dumps: executed as judged)
     except Unconfirmable as exc:
         conf = Confirmation(by, 0, "skipped", str(exc), round(time.perf_counter() - t0, 3))
     return settle(report, conf)
@@ -75,27 +76,32 @@ def _execute_graphs(p: Prepared, seeds: list) -> list:
         from .frontends import torch_exec
     except ImportError as exc:
         raise Unconfirmable(f"graph dumps are not executed by this installation ({exc})") from None
-    estimate = getattr(torch_exec, "estimate_bytes", None)
-    if estimate is not None:
-        need, name, size = estimate(p.seq, p.dist)
-        if need > EXEC_BYTES:
-            raise Unconfirmable(f"too large to execute here: about {need / 2**30:.1f} GiB (the largest tensor, "
-                                f"{name}, is {size / 2**20:.0f} MiB)")
-        if need > EXEC_BYTES_PER_DRAW:  # a large graph: one value set (the report says how many ran)
-            seeds = seeds[:1]
-    return _graph_runs(p, torch_exec, len(seeds))
+    from .frontends.torch_stream import fitting  # ranks one at a time, f32 held as declared, where needed
+    from .engine.budget import memory_limit  # --max-memory, where given, is the bound instead
+    need, name, size, how = fitting(p.seq, p.dist, memory_limit() or EXEC_BYTES)
+    if how is None:
+        raise Unconfirmable(f"too large to execute here: about {need / 2**30:.1f} GiB (the largest tensor, "
+                            f"{name}, is {size / 2**20:.0f} MiB)")
+    if need > EXEC_BYTES_PER_DRAW:  # a large graph: one value set (the report says how many ran)
+        seeds = seeds[:1]
+    return _graph_runs(p, torch_exec, len(seeds), how)
 
 
-def _graph_runs(p: Prepared, torch_exec, n: int):
+def _graph_runs(p: Prepared, torch_exec, n: int, how: dict | None = None):
     """The value sets, executed one at a time as the judge asks for them (a large graph's
     values are dropped before the next set runs)."""
     from .engine.confirm import Execution, Unconfirmable
     draw = getattr(torch_exec, "draw_program_inputs", None)
+    from .engine.rng import plan_randomness  # random ops draw corresponding randomness (or cannot run)
+    randomness = plan_randomness(p.seq, p.dist, p.bindings)
+    if randomness is not None and randomness.blocked:
+        raise Unconfirmable(randomness.blocked)
     for i in range(n):
         s_in, d_in = (draw(p.seq, p.dist, p.bindings, i) if draw is not None
                       else numeric_inputs(p.seq, p.dist, p.bindings, p.examples, i))
         try:
-            s_out, d_out = torch_exec.execute(p.seq, p.dist, s_in, d_in)
+            s_out, d_out = torch_exec.execute(p.seq, p.dist, s_in, d_in, randomness=randomness, seed=i,
+                                              **(how or {}))
         except Exception as exc:  # noqa: BLE001  (a graph torch cannot run: not confirmed, said so)
             raise Unconfirmable(f"executing the graphs with torch failed: {type(exc).__name__}: {exc}") from None
         yield Execution(f"draw {i + 1}", s_in, s_out, d_in, d_out)

@@ -85,7 +85,7 @@ def prepare_dumps(seq_path, dist_path, relations_file: str | None = None, auto_r
                                for g in graphs])
     name = f"{os.fspath(seq_path)} vs {os.fspath(dist_path)}" if isinstance(dist_path, (str, os.PathLike)) else ""
     return Prepared(seq, dist, bindings, {s: rel for s, (_, rel) in pairs.items() if rel is not None}, {}, name,
-                    pairing=pairing)
+                    pairing=pairing, partial_ok=tuple(file.partial_outputs))
 
 
 def _graph(path, kind: str, graph: str | None) -> str | None:

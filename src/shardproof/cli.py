@@ -91,6 +91,10 @@ def _parser() -> argparse.ArgumentParser:
     dumps.add_argument("--symbols", metavar="NAME=INT[,NAME=INT]", action="append", default=[],
                        help="sizes of symbolic dims in the dumps (u0 of a data-dependent size); repeatable; "
                             "over the relations file's symbols: section")
+    dumps.add_argument("--allow-partial-outputs", metavar="NAME", nargs="*", default=None,
+                       help="outputs (names or globs; none: all) that may be partial sums across the ranks, "
+                            "completed by a reduction outside the graph (DDP's or Megatron's gradient reduction): "
+                            "verified up to that reduction; otherwise a partial output is unknown")
     v.add_argument("--relations", metavar="FILE",
                    help="YAML relations file (sections inputs:, expect:, constants:, symbols:)")
     v.add_argument("--plugin", metavar="MODULE_OR_FILE", action="append", default=[],
@@ -248,7 +252,8 @@ def _check_form(args) -> None:
         raise UsageError("graph dumps need both --seq (the single-device dump) and --dist (the distributed dumps)")
     if not dumps and not args.case:
         raise UsageError("give a case file, or --seq and --dist (see shardproof verify --help)")
-    if not dumps and (args.auto_relations or args.expect or args.kind or args.graph or args.symbols):
+    if not dumps and (args.auto_relations or args.expect or args.kind or args.graph or args.symbols
+                      or args.allow_partial_outputs is not None):
         raise UsageError("--auto-relations, --expect, --kind, --graph and --symbols apply to graph dumps "
                          "(--seq/--dist)")
     _symbols(args.symbols)
@@ -289,7 +294,9 @@ def _run_case(args, path, n, module, progress):
                             relations_file=args.relations, auto_relations=args.auto_relations,
                             expect=_expectations(args.expect), kind=args.kind, progress=progress, views=views,
                             world_size=n, confirm_draws=_confirm_draws(args), symbols=_symbols(args.symbols),
-                            graph=args.graph, fixes=not args.no_fix)
+                            graph=args.graph, fixes=not args.no_fix,
+                            allow_partial_outputs=None if args.allow_partial_outputs is None
+                            else (args.allow_partial_outputs or ["*"]))
     call = f"case({n or ''})"
     try:
         case = module.case(n) if n else module.case()

@@ -37,6 +37,11 @@ def budget(seconds: float | None = None, max_bytes: int | None = None):
         _state.update(saved)
 
 
+def memory_limit() -> int | None:
+    """The ``--max-memory`` bound in bytes (None: none set)."""
+    return _state["max_bytes"]
+
+
 def stage(name: str) -> None:
     """A new stage of the run begins (and the budget is checked)."""
     _state["stage"] = name

@@ -103,6 +103,9 @@ class Report:
     rank_classes: list[dict] = field(default_factory=list)
     """Training cases captured one rank per class: {representative, ranks, derived,
     microbatch_classes} (frontends/rank_classes.py); empty where every rank was captured."""
+    partial_outputs: list[str] = field(default_factory=list)
+    """Dumps: outputs verified only up to a reduction the graph does not contain (partial
+    sums the user allowed, engine/partial_outputs.py)."""
 
     def __repr__(self) -> str:  # short, so that a failed `assert report.status == ...` stays readable
         first = self.findings[0] if self.findings else None

@@ -10,10 +10,12 @@ Every node runs as PyTorch would run it:
 * collectives are computed across the ranks' values in lockstep
   (:func:`shardproof.engine.lockstep.run_lockstep`: matched per group in program order, as
   a process group matches them), with the groups and reduce ops the IR records;
+* random ops draw corresponding randomness when the caller gives the proved
+  correspondence (:mod:`shardproof.engine.rng`, :mod:`.torch_rng`);
 * a node whose op has none of these raises :class:`NotExecutable` (the caller reports
-  "not confirmed"); so do random ops (dropout with p > 0: no two programs draw the same
-  mask), constants whose value the dump does not print, and any node torch refuses or
-  whose result does not have the graph's shape.
+  "not confirmed"); so do random ops without that correspondence, constants whose value
+  the dump does not print, and any node torch refuses or whose result does not have the
+  graph's shape.
 
 Dtypes. Float values are *held in float64*: a float32 graph is executed in float64, so that
 the single-device and distributed results differ only by float64 rounding. Low-precision
@@ -42,15 +44,18 @@ Values are freed after their last use. :func:`estimate_bytes` gives the peak a r
 from __future__ import annotations
 
 import math
+import os
 import zlib
 
 import numpy as np
 import torch
 
 from ..engine.lockstep import run_lockstep
+from ..engine.rng import RANDOM_OPS as RANDOM
 from ..ops.registry import lookup
 from ..ir.graph import DistributedProgram, Graph, Node, TensorType
 from .torch_exec_ops import COLLECTIVES, FRAMEWORK, HELD, LOW_PRECISION, PYTHON, XLA
+from .torch_stream import Spill, Spilled, held_as_declared, unspill
 
 __all__ = ["NotExecutable", "execute", "estimate_bytes", "draw_inputs", "draw_program_inputs"]
 
@@ -65,10 +70,6 @@ class NotExecutable(RuntimeError):
         super().__init__(f"{op}{where}: {reason}" if reason else f"{op}{where}")
 
 
-RANDOM = {"aten.native_dropout", "aten.dropout", "aten.bernoulli", "aten.rand", "aten.randn", "aten.rand_like",
-          "aten.randn_like", "aten.randint", "aten.randint_like", "aten.normal", "aten.uniform", "aten.randperm",
-          "aten.multinomial", "aten.rrelu", "aten.rrelu_with_noise", "aten.exponential", "aten.geometric",
-          "aten.cauchy", "aten.log_normal", "aten.random", "prims.inductor_random", "prims.inductor_seeds"}
 EMPTY = {"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
          "aten.empty_permuted"}
 CASTS = {"aten._to_copy", "aten.to", "aten.type_as", "prims.convert_element_type", "xla.convert",
@@ -110,7 +111,8 @@ def _deterministic_dropout(op: str, args, kwargs) -> bool:
     return p == 0 or train is False
 
 
-def _run_op(node: Node, args, kwargs):
+def _run_op(node: Node, args, kwargs, draw=None):
+    """`draw()`: the values a random node draws (None: random ops are not executable)."""
     op = node.op
     if op in XLA or op in FRAMEWORK:
         return (XLA.get(op) or FRAMEWORK[op])(*args, **kwargs)
@@ -128,6 +130,9 @@ def _run_op(node: Node, args, kwargs):
     if _deterministic_dropout(op, args, kwargs):  # not torch's kernel: on CUDA, p = 0 still drops
         x = args[0]                                  # an element now and then (uniform draws reach 1.0)
         return (x.clone(), torch.ones_like(x, dtype=torch.bool)) if op == "aten.native_dropout" else x.clone()
+    if op in RANDOM and draw is not None:
+        from .torch_rng import run_random
+        return run_random(op, draw(), args, kwargs)
     if op in RANDOM:
         raise NotExecutable(op, "a random op: the programs cannot draw the same randomness", node.name)
     if isinstance(kwargs.get("device"), str):
@@ -172,7 +177,8 @@ def _coerce(value, ty, node: Node, rounding: bool, device):
 
 def _resolve(value, env: dict):
     if isinstance(value, Node):
-        return env[value]
+        found = env[value]
+        return unspill(found, env, value) if isinstance(found, Spilled) else found
     if isinstance(value, (list, tuple)):
         return type(value)(_resolve(v, env) for v in value)
     if isinstance(value, dict):
@@ -211,8 +217,9 @@ def _constant(node: Node, device):
 class _Runner:
     """Runs one graph's local nodes, freeing each value after its last use."""
 
-    def __init__(self, graph: Graph, inputs: dict, rounding: str, device):
+    def __init__(self, graph: Graph, inputs: dict, rounding: str, device, randomness=None, rank=None, spill=None):
         self.graph, self.inputs, self.device = graph, inputs, device
+        self.randomness, self.rank, self.spill = randomness, rank, spill
         self.every, self.never = rounding == "every", rounding == "none"
         self.index = {n: i for i, n in enumerate(graph.nodes)}
         last = {n: i for i, n in enumerate(graph.nodes)}
@@ -229,10 +236,14 @@ class _Runner:
     def free_before(self, i: int, env: dict) -> None:
         while self.freed < i:
             for n in self.dies.get(self.freed, ()):
-                env.pop(n, None)
+                gone = env.pop(n, None)
+                if isinstance(gone, Spilled):
+                    os.remove(gone.path)
             self.freed += 1
 
     def __call__(self, rank: int, node: Node, env: dict):
+        if self.spill is not None:  # one rank at a time: the others' values on disk
+            self.spill.switch_to(rank, env)
         self.free_before(self.index[node], env)
         if node.op == "input":
             if node.name not in self.inputs:
@@ -246,7 +257,8 @@ class _Runner:
         args, kwargs = _resolve(node.args, env), _resolve(node.kwargs, env)
         try:
             with torch.no_grad():
-                out = _run_op(node, args, kwargs)
+                draw = None if self.randomness is None else (lambda: self.randomness.draw(self.rank, node))
+                out = _run_op(node, args, kwargs, draw)
         except NotExecutable:
             raise
         except Exception as exc:  # torch refuses the node: not confirmed, with torch's reason
@@ -261,6 +273,7 @@ def _collective(nodes: list[Node], args: list[tuple]):
     fn = COLLECTIVES.get(op)
     if fn is None:
         raise NotExecutable(op, "no collective of that name in the executor's table", nodes[0].name)
+    args = [unspill(a) for a in args]
     try:
         with torch.no_grad():
             outs = fn([a[0] for a in args], [tuple(a[1:]) for a in args])
@@ -275,27 +288,49 @@ def _numpy(value):
     return np.asarray(value)
 
 
-def _run(graphs: list[Graph], inputs: list[dict], rounding: str, device) -> list[dict]:
-    runners = [_Runner(g, inputs[r], rounding, device) for r, g in enumerate(graphs)]
-    result = run_lockstep(graphs, lambda r, n, env: runners[r](r, n, env), _collective)
-    if result.mismatch is not None:
-        node = result.mismatch.nodes[0]
-        raise NotExecutable(node.op, result.mismatch.message, node.name)
-    return [{name: _numpy(env[n]) for name, n in g.outputs.items()} for g, env in zip(graphs, result.envs)]
+def _run(graphs: list[Graph], inputs: list[dict], rounding: str, device, randomness=None,
+         single: bool = False, stream: bool = False) -> list[dict]:
+    spill = Spill() if stream and len(graphs) > 1 else None
+    runners = [_Runner(g, inputs[r], rounding, device, randomness, None if single else r, spill)
+               for r, g in enumerate(graphs)]
+    try:
+        result = run_lockstep(graphs, lambda r, n, env: runners[r](r, n, env), _collective)
+        if result.mismatch is not None:
+            node = result.mismatch.nodes[0]
+            raise NotExecutable(node.op, result.mismatch.message, node.name)
+        return [{name: _numpy(unspill(env[n])) for name, n in g.outputs.items()}
+                for g, env in zip(graphs, result.envs)]
+    finally:
+        if spill is not None:
+            spill.close()
 
 
 def execute(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, np.ndarray],
             rank_inputs: list[dict[str, np.ndarray]], *, round_low_precision: str = "casts",
-            device: str = "cpu") -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+            device: str = "cpu", randomness=None, seed: int = 0, stream: bool = False,
+            precision: str = "f64") -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
     """Run the single-device graph and every rank's graph with torch's kernels; returns
     (output name -> value, [output name -> value per rank]). Float values come back in
     float64 (see the module docstring); raises :class:`NotExecutable` naming the first node
     that cannot run. `device` ("cpu", "cuda"): where the tensors live; the results agree
-    (the real GPT dump: 6e-16 on CPU in 32 s, 0 on an H200 in 3 s)."""
+    (the real GPT dump: 6e-16 on CPU in 32 s, 0 on an H200 in 3 s). `randomness` (a
+    :class:`~shardproof.engine.rng.RandomPlan`): random ops draw corresponding randomness
+    (value set `seed`, :mod:`.torch_rng`); without it, or where it is blocked, a random op
+    is not executable. `stream`: the ranks run one at a time, the others' values on disk
+    (:class:`.torch_stream.Spill`); `precision` "declared": f32 values held in float32 (half
+    the memory, :func:`.torch_stream.held_as_declared`)."""
+    if precision == "declared":
+        with held_as_declared():
+            return execute(seq, dist, seq_inputs, rank_inputs, round_low_precision=round_low_precision,
+                           device=device, randomness=randomness, seed=seed, stream=stream)
     if round_low_precision not in ("casts", "every", "none"):
         raise ValueError("round_low_precision is 'casts', 'every' or 'none'")
-    single = _run([seq], [seq_inputs], round_low_precision, device)[0]
-    ranks = _run(dist.graphs, rank_inputs, round_low_precision, device)
+    if randomness is not None and randomness.blocked:
+        raise NotExecutable("random op", randomness.blocked)
+    from .torch_rng import Randomness
+    rng = None if randomness is None else Randomness(randomness, seed, device)
+    single = _run([seq], [seq_inputs], round_low_precision, device, rng, single=True)[0]
+    ranks = _run(dist.graphs, rank_inputs, round_low_precision, device, rng, stream=stream)
     return single, ranks
 
 
@@ -331,17 +366,19 @@ def _graph_peak(graph: Graph) -> tuple[int, str, int]:
     return peak, big[0], big[1]
 
 
-def estimate_bytes(seq: Graph, dist: DistributedProgram) -> tuple[int, str, int]:
+def estimate_bytes(seq: Graph, dist: DistributedProgram, stream: bool = False) -> tuple[int, str, int]:
     """(peak bytes an :func:`execute` run needs, the largest tensor's node name, its bytes).
 
     Each graph's peak of live values (freed after their last use, float values at 8 bytes
-    per element; views counted as copies, so an upper bound) -- the single-device graph
-    alone, then every rank at its peak at once (ranks run interleaved)."""
+    per element -- 4 within :func:`~.torch_stream.held_as_declared` for f32; views counted
+    as copies, so an upper bound) -- the single-device graph alone, then every rank at its
+    peak at once (ranks run interleaved), or with `stream` the largest rank's alone (ranks
+    one at a time; a collective's operands not counted)."""
     seq_peak, name, size = _graph_peak(seq)
     total = 0
     for g in dist.graphs:
         peak, n, s = _graph_peak(g)
-        total += peak
+        total = max(total, peak) if stream else total + peak
         if s > size:
             name, size = n, s
     return max(seq_peak, total), name, size

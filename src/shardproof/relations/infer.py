@@ -86,9 +86,12 @@ class RelationsFile:
     the same in both programs (``NAME: same``)."""
     symbols: dict[str, dict[str, int]] = field(default_factory=lambda: {"seq": {}, "dist": {}})
     """Values of symbolic sizes in dump annotations (``u0`` of a data-dependent size), per side."""
+    partial_outputs: list[str] = field(default_factory=list)
+    """Outputs (names or globs) allowed to be partial sums completed by a reduction outside
+    the graph (engine/partial_outputs.py)."""
 
 
-SECTIONS = ("inputs", "expect", "constants", "symbols")
+SECTIONS = ("inputs", "expect", "constants", "symbols", "partial_outputs")
 
 
 def _key_lines(node, prefix: tuple = ()) -> dict[tuple, int]:
@@ -107,7 +110,8 @@ def load_yaml(path: str) -> RelationsFile:
     """Read a relations file: sections ``inputs:`` (name/glob -> relation), ``expect:``
     (output name -> relation), ``constants:`` (name -> number, or {seq: n, dist: n}, or
     ``same``: an unprinted constant holding the same value in both programs) and
-    ``symbols:`` (symbolic size -> integer, or {seq: n, dist: n});
+    ``symbols:`` (symbolic size -> integer, or {seq: n, dist: n}) and ``partial_outputs:``
+    (outputs that may be partial sums completed outside the graph);
     a file without sections is an ``inputs`` mapping."""
     import yaml
     try:
@@ -148,6 +152,10 @@ def load_yaml(path: str) -> RelationsFile:
         raise RelationError(f"{path}:{lines.get(('symbols',), '?')}: symbols must map size names to integers")
     for name, value in symbols.items():
         _per_side(out.symbols, name, value, f"{path}:{lines.get(('symbols', name), '?')}", "symbol", (int,))
+    partial = data.get("partial_outputs") or []
+    if not isinstance(partial, list) or not all(isinstance(n, str) for n in partial):
+        raise RelationError(f"{path}:{lines.get(('partial_outputs',), '?')}: partial_outputs must list output names")
+    out.partial_outputs = list(partial)
     return out
 
 

@@ -167,6 +167,9 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
         console.print(_outputs(report))
     if report.pairing:
         console.print(_pairing(report))
+    if report.partial_outputs:
+        console.print(Text("verified up to a reduction the graph does not contain: " + ", ".join(
+            report.partial_outputs) + " (partial sums across the ranks, allowed)", style="yellow"))
     if report.rank_classes:
         console.print(Text(rank_classes_text(report), style="dim"))
     for i, f in enumerate(report.findings, 1):
