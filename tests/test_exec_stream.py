@@ -91,6 +91,7 @@ REPLICATED = ('class GraphModule(torch.nn.Module):\n    def forward(self, x: "f3
 def test_confirmation_streams_where_the_plain_run_does_not_fit(tmp_path, monkeypatch):
     # every rank computes the whole (replicated) value: one rank at a time needs half the memory
     import shardproof.api as api
+    import shardproof.api_confirm as api_confirm
     from shardproof.engine.budget import budget
     for folder, ranks, tail in (("tp1", 1, '        out: "f32[64, 256]" = torch.ops.aten.mul.Tensor(t, mm)\n'),
                                 ("tp2", 2, '        ar: "f32[64, 256]" = torch.ops._c10d_functional.all_reduce.default'
@@ -111,10 +112,10 @@ def test_confirmation_streams_where_the_plain_run_does_not_fit(tmp_path, monkeyp
         init(self, *a, **k)
         spills.append(self)
     monkeypatch.setattr(torch_stream.Spill, "__init__", counted)
-    monkeypatch.setattr(api, "EXEC_BYTES", streamed)  # fits one rank at a time only
+    monkeypatch.setattr(api_confirm, "EXEC_BYTES", streamed)  # fits one rank at a time only
     report = api.verify_prepared(p)
     assert report.status == "verified" and report.confirmation.outcome == "confirmed" and spills
-    monkeypatch.setattr(api, "EXEC_BYTES", 1)  # fits no way: honestly unconfirmed
+    monkeypatch.setattr(api_confirm, "EXEC_BYTES", 1)  # fits no way: honestly unconfirmed
     report = api.verify_prepared(p)
     assert report.status == "unknown" and "too large to execute here" in report.confirmation.detail
     with budget(max_bytes=64 << 30):  # --max-memory is the bound where given

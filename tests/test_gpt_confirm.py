@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("torch")
 
 import shardproof.api as api  # noqa: E402
+import shardproof.api_confirm as api_confirm  # noqa: E402
 from shardproof.engine.rng import plan_randomness  # noqa: E402
 from shardproof.frontends.torch_stream import fitting  # noqa: E402
 
@@ -58,7 +59,7 @@ def _available() -> int:
 def test_gpt_pair_is_verified_and_confirmed_with_corresponding_dropout(monkeypatch):
     if _available() < 18 * GIB:
         pytest.skip("executing the GPT pair needs about 17 GiB of free memory (peak RSS 16.2 GiB)")
-    monkeypatch.setattr(api, "EXEC_BYTES", 16 * GIB)
+    monkeypatch.setattr(api_confirm, "EXEC_BYTES", 16 * GIB)
     report = api.verify_dumps(SEQ, DIST, CONSTANTS, auto_relations=True)
     c = report.confirmation
     assert report.status == "verified" and (c.by, c.outcome, c.draws) == ("torch", "confirmed", 1), (report, c)
