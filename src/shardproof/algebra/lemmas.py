@@ -207,12 +207,6 @@ def scaled_part(terms: TermStore, t: int):
         return None if inner is None else (view_term(terms, term.op, term.attrs, inner[0], term.shape), inner[1])
     if term.op == "lin" and len(term.children) == 1 and terms.shape(term.children[0]) == term.shape:
         return term.children[0], term.attrs[0]
-    if term.op == "lin" and term.attrs[0] != 1 and len(term.children) > 1:  # parts may broadcast
-        # c_1 t_1 + ... + c_k t_k = c_1 (t_1 + (c_2/c_1) t_2 + ...): the first part's coefficient
-        # (children sorted by id, so one choice for one form) taken out, the rest normalised by it
-        lead = term.attrs[0]
-        rest = linear(terms, {k: c / lead for k, c in zip(term.children, term.attrs)}, term.shape)
-        return (rest, lead) if rest is not None else None
     value = term.attrs[0] if term.op == "fill" and term.attrs else None
     if isinstance(value, (int, Fraction)) and not isinstance(value, bool) and value not in (0, 1):
         return terms.make("fill", (1,), (), term.shape), Fraction(value)  # the constant c is c times one
