@@ -54,17 +54,16 @@ def case(world_size: int = 2, schedule: str = "1f1b", layers: int = 4, hidden: i
     """The split is the user's code before the step (torch.export, once for the whole model):
     done here, on the case's own model, not inside a rank's captured program."""
     from pp_schedules import MICROBATCHES, regression_batch
-    batch = regression_batch(8, 2, hidden)
+    example = torch.empty(8, 2, hidden).chunk(MICROBATCHES)[0].zero_()  # one microbatch's shape
     holder = {}
 
     def make(full, rank, world, sched):
         if "pipe" not in holder:
-            holder["pipe"] = split(full, torch.zeros_like(batch["x"].chunk(MICROBATCHES)[0]),
-                                   world * SCHEDULES[sched][1])
+            holder["pipe"] = split(full, example, world * SCHEDULES[sched][1])
         return model(full, rank, world, sched, holder["pipe"])
-    c = schedule_case(world_size, schedule, layers=layers, hidden=hidden, batch=lambda: batch, model=make,
-                      name=f"pipelining_traced_mlp_{schedule}")
-    holder["pipe"] = split(c.single, torch.zeros_like(batch["x"].chunk(MICROBATCHES)[0]),
-                           world_size * SCHEDULES[schedule][1])
+    c = schedule_case(world_size, schedule, layers=layers, hidden=hidden,
+                      batch=lambda: regression_batch(8, 2, hidden),  # drawn after the case seeds
+                      model=make, name=f"pipelining_traced_mlp_{schedule}")
+    holder["pipe"] = split(c.single, example, world_size * SCHEDULES[schedule][1])
     c.meta["source"] = f"torch.distributed.pipelining pipeline() split, {SCHEDULES[schedule][0]}"
     return c
