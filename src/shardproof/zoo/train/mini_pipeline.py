@@ -88,7 +88,7 @@ class PipelineTraining(nn.Module):
         """Send/receive with the neighbouring stages in one batch; the receive buffers (fresh, or `buffers`)."""
         ops, bufs = [], dict(buffers or {})
         if send_prev is not None:
-            ops.append(dist.P2POp(dist.isend, send_prev.contiguous(), self.prev_rank()))
+            ops.append(dist.P2POp(dist.isend, send_prev.contiguous(), self.grad_prev_rank()))
         if recv_prev is not None:
             bufs.setdefault("prev", torch.empty(recv_prev))
             ops.append(dist.P2POp(dist.irecv, bufs["prev"], self.prev_rank()))
@@ -96,7 +96,7 @@ class PipelineTraining(nn.Module):
             ops.append(dist.P2POp(dist.isend, send_next.contiguous(), self.next_rank()))
         if recv_next is not None:
             bufs.setdefault("next", torch.empty(recv_next))
-            ops.append(dist.P2POp(dist.irecv, bufs["next"], self.next_rank()))
+            ops.append(dist.P2POp(dist.irecv, bufs["next"], self.grad_next_rank()))
         if ops:
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
@@ -123,6 +123,14 @@ class PipelineTraining(nn.Module):
         if self.first:
             return None
         return self.exchange(send_prev=grad, recv_prev=shape)["prev"]
+
+    def grad_prev_rank(self) -> int:
+        """Where this stage's input gradient goes (backward): the previous stage's rank."""
+        return self.prev_rank()
+
+    def grad_next_rank(self) -> int:
+        """Where this stage's output gradient comes from (backward): the next stage's rank."""
+        return self.next_rank()
 
     # ---- one microbatch forward / backward
 
