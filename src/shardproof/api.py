@@ -105,11 +105,24 @@ def lower_jax_case(case: Case, world_size: int | None, spec: dict, progress: Pro
 
 
 def _capture_training(case: Case, world: int, say, total: int, workers=None):
-    """Trace the reference training step and every rank's ``train_step``."""
+    """Trace the reference training step and every rank's ``train_step`` (pipeline stages
+    without static shapes: inferred across the stages first, frontends/torch_stage_shapes.py)."""
+    from .frontends.torch_capture import CaptureError
+    from .frontends.torch_stage_shapes import with_stage_shapes
+    try:
+        return with_stage_shapes(lambda: _capture_training_once(case, world, say, total, workers), case.distributed,
+                                 world, lambda r: case.dist_inputs(r, world, case.inputs) if case.dist_inputs
+                                 else case.inputs, case.train)
+    except CaptureError as exc:  # the inference's own (the capture's are InputErrors already)
+        raise InputError(str(exc) + user_location(exc)) from None
+
+
+def _capture_training_once(case: Case, world: int, say, total: int, workers=None):
     from .frontends import torch_capture as tc
     from .frontends import torch_train as tt
     from .frontends import rank_pool
     from .frontends.rank_pool import capture_ranks
+    from .frontends.torch_stage_shapes import ShapesNeeded
     try:
         say("capturing the single-device training step", 0, total)
         t0, events = time.perf_counter(), TEMPORAL  # read here: a remote worker has its own module globals
@@ -138,6 +151,8 @@ def _capture_training(case: Case, world: int, say, total: int, workers=None):
         else:
             graphs, rank_values = capture_ranks(capture_rank, world, workers, lambda r: say(
                 f"capturing rank {r} of {world} (training step)", 1 + r, total))
+    except ShapesNeeded:
+        raise
     except tc.CaptureError as exc:
         raise InputError(str(exc) + user_location(exc)) from None
     return seq, DistributedProgram(graphs, classes), _numpy(seq_inputs), rank_values

@@ -9,9 +9,11 @@ without changing what the schedule computes or the P2P ops it issues for data:
   guard; under the fake process group nothing arrives). A stage given its static shapes
   (``input_args``/``output_args``) votes STATIC whatever the others vote only if every stage
   does; so the mode is decided locally: STATIC where this rank's stages have their shapes,
-  else a :class:`~shardproof.frontends.torch_capture.CaptureError` naming the stage (the
-  DYNAMIC mode's shape inference exchanges pickled objects with ``send_object_list``, which
-  has no dataflow meaning). The vote's own sends carry no value the step uses: not issued.
+  else (DYNAMIC mode: its shape inference exchanges pickled objects with ``send_object_list``,
+  which has no dataflow meaning) a :class:`~.torch_stage_shapes.ShapesNeeded` naming the stage,
+  upon which a training case's capture infers every stage's metadata across the stages first
+  and traces each stage STATIC on it (:mod:`.torch_stage_shapes`; the vote, the metadata sends
+  and receives go through its mailbox). The vote's own sends carry no value the step uses: not issued.
 - ``Work.wait()`` has no graph node: the P2P ops the schedule issues (``batch_isend_irecv``,
   ``isend``/``irecv``) go through :mod:`.torch_p2p`, whose handles record their waits in the
   rank's program order.
@@ -28,17 +30,18 @@ import contextlib
 def _static_warmup(self, stages, has_backward, p2p_done):
     from torch.distributed.pipelining._utils import InferenceMode
     from torch.distributed.pipelining.stage import PipelineStage
-    from .torch_capture import CaptureError
+    from . import torch_stage_shapes
     if not all(isinstance(stage, PipelineStage) for stage in stages):
         return _ORIGINAL[0](self, stages, has_backward, p2p_done)  # pipeline()'s stages: no vote, zeros exchanged
+    if torch_stage_shapes.warmup(stages, has_backward):  # the shapes inferred across the stages (or being)
+        return
     for stage in stages:
         if InferenceMode.needs_dynamic(stage._user_meta, has_backward):
-            raise CaptureError(f"pipeline stage {stage.stage_index} has no static input/output shapes: its schedule "
-                               f"would infer them with send_object_list, which has no dataflow meaning (and a "
-                               f"stage's input shapes are the previous stage's outputs, computed on another rank: "
-                               f"no local meta run gives them); give PipelineStage(..., input_args=..., "
-                               f"output_args=...) example tensors, or split the model with pipeline() "
-                               f"(its stages carry the traced shapes)")
+            raise torch_stage_shapes.ShapesNeeded(
+                f"pipeline stage {stage.stage_index} has no static input/output shapes: its schedule infers them "
+                f"with send_object_list from the previous stage's outputs (computed on another rank); training "
+                f"cases infer them across the stages before capture (frontends/torch_stage_shapes.py); give "
+                f"PipelineStage(..., input_args=..., output_args=...) example tensors here")
         stage._inference_mode = InferenceMode.STATIC
 
 
@@ -51,6 +54,8 @@ _P2P_OPS = ("get_fwd_recv_ops", "get_bwd_recv_ops", "get_fwd_send_ops", "get_bwd
 def _computing(method):
     def run(self, chunk_id, *args, **kwargs):
         from .torch_p2p import pipeline_position
+        from .torch_stage_shapes import computing
+        computing()  # the shape-inference pre-pass stops here
         with pipeline_position(self.stage_index, chunk_id):
             return method(self, chunk_id, *args, **kwargs)
     return run
@@ -81,13 +86,28 @@ def _positioned_batch(original):
     return batch_p2p
 
 
+def _meta_exchange(name: str, original):
+    """``PipelineStage._send_meta``/``_recv_meta``/``_validate_inferred_metadata`` through the
+    shape-inference mailbox (frontends/torch_stage_shapes.py) where one is active."""
+    def exchange(self, *args):
+        from . import torch_stage_shapes as shapes
+        if shapes.active() is None:
+            return original(self, *args)
+        return {"_send_meta": shapes.send_meta, "_recv_meta": shapes.recv_meta,
+                "_validate_inferred_metadata": shapes.inferred}[name](self, *args)
+    return exchange
+
+
+_META_METHODS = ("_send_meta", "_recv_meta", "_validate_inferred_metadata")
+
+
 @contextlib.contextmanager
 def static_pipelining():
     """Decide the schedules' warm-up vote locally and mark stage and microbatch (see the
     module doc) inside the block."""
     try:
         from torch.distributed.pipelining import schedules
-        from torch.distributed.pipelining.stage import _PipelineStageBase
+        from torch.distributed.pipelining.stage import PipelineStage, _PipelineStageBase
     except ImportError:  # a torch without pipelining
         yield
         return
@@ -102,6 +122,8 @@ def static_pipelining():
                 if hasattr(_PipelineStageBase, name)]
     patches += [(_PipelineStageBase, name, _making_ops(getattr(_PipelineStageBase, name))) for name in _P2P_OPS
                 if hasattr(_PipelineStageBase, name)]
+    patches += [(PipelineStage, name, _meta_exchange(name, getattr(PipelineStage, name))) for name in _META_METHODS
+                if name in PipelineStage.__dict__]
     undo = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
     try:
         for owner, name, fn in patches:
