@@ -59,7 +59,9 @@ def _bugs():
     for name in _modules(os.path.join(TRAIN, "bugs")):
         module = importlib.import_module(name)
         slow = name.startswith("verdict") and name not in FAST_VERDICT_BUGS  # Llama steps at dp2 x tp2: ~10 s
-        out.append(pytest.param(module, id=name, marks=(pytest.mark.slow,) if slow else ()))
+        marks = (pytest.mark.slow,) if slow else ()
+        marks += (pytest.mark.sweep,) if getattr(module, "SWEEP", False) else ()  # a bug file's own (heavy) mark
+        out.append(pytest.param(module, id=name, marks=marks))
     return out
 
 

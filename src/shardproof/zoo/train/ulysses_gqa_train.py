@@ -21,4 +21,5 @@ def case(world_size: int = 2, **kw):
     kw.setdefault("kv_heads", 4)
     kw.setdefault("name", "ulysses_gqa_train")
     kw.setdefault("meta", {"source": "DeepSpeed-Ulysses training step, grouped-query attention"})
-    return mesh_case(world_size, pp=1, tp=1, cp=world_size, model=MeshUlyssesTraining, **kw)
+    kw.setdefault("model", MeshUlyssesTraining)
+    return mesh_case(world_size, pp=1, tp=1, cp=world_size, **kw)

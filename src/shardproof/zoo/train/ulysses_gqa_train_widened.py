@@ -23,6 +23,7 @@ KNOWN_GAP = ("aten.mul: RoPE's backward of a KV replica's gradient that is a par
 
 
 def case(world_size: int = 4, **kw):
-    return gqa_case(world_size, kv_heads=2, name="ulysses_gqa_train_widened",
-                    meta={"source": "DeepSpeed-Ulysses training step, fewer KV heads than cp ranks",
-                          "known_gap": KNOWN_GAP}, **kw)
+    kw.setdefault("name", "ulysses_gqa_train_widened")
+    kw.setdefault("meta", {"source": "DeepSpeed-Ulysses training step, fewer KV heads than cp ranks",
+                           "known_gap": KNOWN_GAP})
+    return gqa_case(world_size, kv_heads=2, **kw)
