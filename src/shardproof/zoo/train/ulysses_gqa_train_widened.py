@@ -13,6 +13,14 @@ collective). On V's path (no RoPE) the same shows as nested sums: the copies sum
 each rank, then the pairs summed, where the single device sums each group of 4 copies at once
 (``sum(reshape(sum(reshape(x))))`` is not yet normalized to the one sum).
 
+Measured (issue 18, stop 24): with RoPE applied before the split (on the sequence shard, its
+rows of the tables) the stop moves to the backward all_to_all's view of the same partial piece
+(``aten.view``); gathering K/V over cp instead of the all_to_all stops at the rank's rows of the
+RoPE tables (``aten.slice``). Both need the rule above (a linear map, slices and an all_to_all
+of complementary pieces, then their sum: the map of the whole); the bug twins
+(``bugs/ulysses_gqa_train_kv_tiled.py``, ``bugs/ulysses_gqa_train_kv_wrong_rank.py``) are
+found in the forward already.
+
     shardproof verify src/shardproof/zoo/train/ulysses_gqa_train_widened.py --world-size 4
 """
 from ulysses_gqa_train import case as gqa_case
