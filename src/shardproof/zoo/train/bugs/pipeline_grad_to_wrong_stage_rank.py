@@ -10,6 +10,7 @@ from mini_pipeline import PipelineTraining
 from pipeline_mlp_1f1b import case as pipeline_case
 
 WORLD_SIZES = (4,)
+SWEEP = True  # tests/test_training.py checks its meta in the sweep; tests/test_pp_wrong_stage_grad.py in make test
 
 
 class GradToWrongStageRank(PipelineTraining):
