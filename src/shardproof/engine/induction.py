@@ -1,0 +1,283 @@
+"""Induction over a gradient-accumulation loop (issue 16, flat in M): the generic microbatch
+is interpreted three times, and the accumulator after the last generic microbatch is
+concluded from them instead of interpreting every copy.
+
+What the capture established (frontends/microbatches.py), before the engine runs: the
+rank's microbatches ``t .. E`` (``E`` = M-1, or M-2 when the last one differs) ran **one
+ATen program** in the eager record of the real loop (same ops, scalars and constants), each
+reading only the tensors before the loop, its own slice of the batch (output ``k`` of the
+split before the loop, the loop's arithmetic progression) and the previous microbatch's
+tensors (the accumulators); the graph of the whole loop repeats that body (derived from a
+trace, checked on the real inputs). A microbatch whose program differs (a loss doubled in
+the last one, ``if mb == 3``, a missing accumulation add) is not in ``t .. E``: it is
+traced and interpreted as itself.
+
+The induction (this module): let ``S_k`` be the values of microbatch ``k``'s tensors (term
+and layout). The engine interprets microbatches ``0 .. t+2`` as always (base: ``S_t``, and
+two steps, ``S_{t+1}``, ``S_{t+2}``), then
+
+- **the step is one affine map**: ``S_t``, ``S_{t+1}``, ``S_{t+2}`` must be one term tree
+  that differs only in index vectors (a layout's selected positions, a reduction's or
+  contraction's ``over`` positions), and every such vector must move by the *same* affine
+  step twice: translated by one difference (the slice's rows move by one microbatch), or
+  extended by one block that is the previous block translated by one difference (the
+  accumulator's contraction covers one more microbatch's rows). The slices of the batch
+  the generic microbatches read must move by one constant step for *all* ``k`` in
+  ``t .. E`` (checked on the split's values, all of them).
+- **the conclusion**: ``S_E`` is that step applied ``E - t - 2`` more times (its terms built
+  through the term store, so the algebra's rewrites apply as when built by the rules);
+  microbatches ``t+3 .. E`` are not interpreted. An odd last microbatch and the step after
+  the loop (the dp all_reduce, clipping, the optimizer) are interpreted on ``S_E`` as
+  always, and the outputs are checked against the single-device step -- the end of the
+  induction: the accumulated gradient, after the whole loop, *equals* the single-device
+  gradient (loss normalisation included: whatever scale the program applies is in the
+  terms, nothing is assumed).
+
+Why this is sound, and what it rests on: the body's rules are functions of the body's
+operands' terms and layouts (and of the node), so ``S_{k+1} = F(S_k, slice_k)`` for one
+``F``. The check at three points establishes that ``F`` acted on this loop's state as the
+affine step at ``k = t`` and ``k = t+1``; that it does so for every later ``k`` is the
+rules' *translation invariance in the microbatch rows*: a rule reads an index vector only
+through set operations (selection, union of disjoint pieces, comparison of positions of two
+operands), never through the absolute value of a row -- except where a vector becomes the
+whole dimension (then it is canonicalised to "all"), which the extrapolated state is built
+for too (``canon_vec``). A rule that reads absolute rows (a mask built from positions) is
+input-independent data (engine/tables.py) and is the same tensor in every microbatch, or
+differs through the slice -- checked by the progression of the slices. This is a check at
+three points plus that stated invariance, not a proof for a symbolic ``m``: where it does
+not hold as checked (anything but the affine step), the engine interprets every microbatch
+(today's path), and a verdict other than "proved" from the induction is always re-derived
+by the full interpretation, so findings, localisation and counterexamples never come from
+an extrapolated state. "verified" still needs the confirmation by execution, which runs the
+real programs with all M microbatches.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..algebra.layout import Val, canon_vec
+from ..ir.graph import DistributedProgram, Graph, Node
+
+INDUCTION = True  # False: every microbatch interpreted (the bench's baseline)
+OP = "shardproof.induction"  # the pseudo-node standing for the microbatches concluded by induction
+
+
+class Unfit(Exception):
+    """The three states are not one affine step apart."""
+
+
+def loop_of(dist: DistributedProgram) -> dict | None:
+    """``{"microbatches", "generic", "last"}`` where every rank class derived its loop the
+    same way with at least three generic microbatches after the two checked steps' base
+    (so that at least one is concluded); else None."""
+    loops = [c.get("microbatch_loop") for c in dist.classes or []]
+    if not loops or any(lp is None for lp in loops) or len({repr(lp) for lp in loops}) != 1:
+        return None
+    lp = loops[0]
+    t, derived = lp["generic"], lp["derived"]
+    if not derived or derived != list(range(t + 1, derived[-1] + 1)) or derived[-1] < t + 3:
+        return None
+    return {"microbatches": lp["microbatches"], "generic": t, "last": derived[-1]}
+
+
+def _bodies(graph: Graph, lo: int, hi: int) -> dict | None:
+    """Microbatch -> its nodes in order, for microbatches lo..hi; None where they are not
+    copies of one body (same ops, position by position)."""
+    bodies: dict = {k: [] for k in range(lo, hi + 1)}
+    for n in graph.nodes:
+        where = graph.positions.get(n.name)
+        if where is not None and where[0] is None and where[1] in bodies:
+            bodies[where[1]].append(n)
+    ops = [n.op for n in bodies[lo]]
+    if not ops or any([n.op for n in b] != ops for b in bodies.values()):
+        return None
+    return bodies
+
+
+def folded(dist: DistributedProgram, loop: dict):
+    """(the program with microbatches generic+3 .. last replaced by one pseudo-node per
+    rank, per rank: (the pseudo-node, the checked bodies, the nodes of the last generic
+    microbatch read later)); None where a graph does not fit."""
+    t, last = loop["generic"], loop["last"]
+    graphs, plans = [], []
+    for g in dist.graphs:
+        if g.events is not None and any(getattr(e, "peer", None) is not None for e in getattr(g.events, "events", ())):
+            return None
+        bodies = _bodies(g, t, last)
+        if bodies is None:
+            return None
+        skipped = {n for k in range(t + 3, last + 1) for n in bodies[k]}
+        kept = [n for n in g.nodes if n not in skipped]
+        if any(x in skipped and x not in bodies[last] for n in kept for x in n.inputs):
+            return None  # a later op reads a concluded microbatch other than the last: not the loop's shape
+        index = {n: p for p, n in enumerate(bodies[last])}
+        read = sorted({index[x] for n in kept for x in n.inputs if x in skipped} |
+                      {index[n] for n in g.outputs.values() if n in skipped})
+        node = Node(f"induction_{t + 3}_{last}", OP)
+        at = kept.index(bodies[t + 2][-1]) + 1
+        kept.insert(at, node)
+        graphs.append(replace(g, nodes=kept))
+        plans.append((node, bodies, read, _slices(g, bodies, t, last)))
+    return replace(dist, graphs=graphs), plans
+
+
+def _slices(graph: Graph, bodies: dict, t: int, last: int) -> list[list[Node]]:
+    """Per operand of the body that is a tensor before the loop and differs between the
+    generic microbatches (their slices of the batch): that tensor in microbatches t..last."""
+    out = []
+    for p, n in enumerate(bodies[t]):
+        for i, x in enumerate(n.inputs):
+            if graph.positions.get(x.name) is not None:  # a microbatch's tensor, not one before the loop
+                continue
+            per = [list(bodies[k][p].inputs)[i] for k in range(t, last + 1)]
+            if any(y is not x for y in per):
+                out.append(per)
+    return out
+
+
+def steady(values: list) -> bool:
+    """Whether per-microbatch values (the batch slices) move by one affine step from each
+    microbatch to the next: the same term, layouts in one arithmetic progression."""
+    if not all(isinstance(v, Val) for v in values) or len({v.t for v in values}) != 1:
+        return False
+    try:
+        for x, y, z in zip(values, values[1:], values[2:]):
+            for a, b, c in zip(x.vecs, y.vecs, z.vecs):
+                if (a is None) != (b is None) or (b is None) != (c is None):
+                    return False
+                if a is not None:
+                    _progression(np.asarray(a), np.asarray(b), np.asarray(c), 0)
+    except Unfit:
+        return False
+    return True
+
+
+def _progression(x: np.ndarray, y: np.ndarray, z: np.ndarray, steps: int) -> np.ndarray:
+    """The vector `steps` affine steps after z, where x -> y -> z is one step twice: a
+    translation by one difference, or an extension by a block translated by one difference."""
+    if len(x) == len(y) == len(z):
+        d = y - x
+        if not np.array_equal(z - y, d):
+            raise Unfit
+        return z + steps * d
+    grow = len(y) - len(x)
+    if grow <= 0 or len(z) - len(y) != grow or not (np.array_equal(y[:len(x)], x) and np.array_equal(z[:len(y)], y)):
+        raise Unfit
+    b1, b2 = y[len(x):], z[len(y):]
+    d = b2 - b1
+    return np.concatenate([z] + [b2 + j * d for j in range(1, steps + 1)])
+
+
+def _attr(x, y, z, steps: int):
+    if isinstance(x, bytes) and isinstance(y, bytes) and isinstance(z, bytes):
+        if x == y == z:
+            return z
+        if len(x) % 8 or len(y) % 8 or len(z) % 8:
+            raise Unfit
+        arrays = [np.frombuffer(a, dtype=np.int64) for a in (x, y, z)]
+        return np.ascontiguousarray(_progression(*arrays, steps)).tobytes()
+    if isinstance(x, tuple) and isinstance(y, tuple) and isinstance(z, tuple) and len(x) == len(y) == len(z):
+        return tuple(_attr(a, b, c, steps) for a, b, c in zip(x, y, z))
+    if type(x) is type(y) is type(z) and _equal(x, y) and _equal(y, z):
+        return z
+    raise Unfit
+
+
+def _equal(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001  (arrays and the like: not an attribute this rule moves)
+        return False
+
+
+class Extrapolator:
+    """Builds ``S_E`` from ``S_t``, ``S_{t+1}``, ``S_{t+2}`` (`steps` = E - t - 2)."""
+
+    def __init__(self, terms, steps: int):
+        self.terms, self.steps, self.memo = terms, steps, {}
+
+    def term(self, a: int, b: int, c: int) -> int:
+        if a == b == c:
+            return c
+        key = (a, b, c)
+        if key not in self.memo:
+            ta, tb, tc = self.terms[a], self.terms[b], self.terms[c]
+            if not (ta.op == tb.op == tc.op and ta.shape == tb.shape == tc.shape
+                    and len(ta.children) == len(tb.children) == len(tc.children)):
+                raise Unfit
+            attrs = _attr(ta.attrs, tb.attrs, tc.attrs, self.steps)
+            kids = tuple(self.term(*k) for k in zip(ta.children, tb.children, tc.children))
+            self.memo[key] = self.terms.make(tc.op, attrs, kids, tc.shape)
+        return self.memo[key]
+
+    def value(self, a, b, c):
+        if isinstance(a, Val) and isinstance(b, Val) and isinstance(c, Val):
+            if not len(a.vecs) == len(b.vecs) == len(c.vecs):
+                raise Unfit
+            t = self.term(a.t, b.t, c.t)
+            shape = self.terms.shape(t)
+            vecs = []
+            for d, (x, y, z) in enumerate(zip(a.vecs, b.vecs, c.vecs)):
+                if x is None and y is None and z is None:
+                    vecs.append(None)
+                    continue
+                if x is None or y is None or z is None:
+                    raise Unfit
+                v = _progression(np.asarray(x), np.asarray(y), np.asarray(z), self.steps)
+                if len(v) and (v.min() < 0 or v.max() >= shape[d]):
+                    raise Unfit
+                vecs.append(canon_vec(v, shape[d]))
+            return Val(t, tuple(vecs))
+        if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and isinstance(c, (tuple, list)) \
+                and len(a) == len(b) == len(c):
+            return type(c)(self.value(*v) for v in zip(a, b, c))
+        if isinstance(a, Val) or isinstance(b, Val) or isinstance(c, Val) or not (_equal(a, b) and _equal(b, c)):
+            raise Unfit
+        return c
+
+
+def wrapper(terms, plans: list, loop: dict, failures: list):
+    """The evaluator wrapper: the pseudo-node of rank r concludes the microbatches it stands
+    for (sets the last generic microbatch's values that later ops read); `failures` hears why
+    the states did not fit."""
+    t, last = loop["generic"], loop["last"]
+    extrapolate = Extrapolator(terms, last - t - 2)
+
+    def wrap(evaluate):
+        def eval_node(rank: int, node: Node, env: dict):
+            if node.op != OP:
+                return evaluate(rank, node, env)
+            _, bodies, read, slices = plans[rank]
+            try:
+                if not all(steady([env[x] for x in per]) for per in slices):
+                    raise Unfit
+                for p in read:
+                    env[bodies[last][p]] = extrapolate.value(*(env[bodies[k][p]] for k in (t, t + 1, t + 2)))
+            except Unfit:
+                failures.append(f"rank {rank}: the batch slices of microbatches {t}..{last} or the states after "
+                                f"microbatches {t}, {t + 1}, {t + 2} are not one affine step apart")
+                for p in read:  # opaque: the outputs do not relate, and the engine interprets every microbatch
+                    env[bodies[last][p]] = None
+            return None
+        return eval_node
+    return wrap
+
+
+def interpret_by_induction(seq, dist: DistributedProgram, seq_in, dist_in, terms, interpret):
+    """(the symbolic run, the induction's record) where the loop fits, else None. The run's
+    environments lack the concluded microbatches' values: only a proof is taken from it."""
+    loop = loop_of(dist) if INDUCTION else None
+    got = folded(dist, loop) if loop is not None else None
+    if got is None:
+        return None
+    program, plans = got
+    failures: list = []
+    run = interpret(seq, program, seq_in, dist_in, terms, wrap=wrapper(terms, plans, loop, failures))
+    t, last = loop["generic"], loop["last"]
+    record = {"microbatches": loop["microbatches"], "checked": [t, t + 1, t + 2],
+              "by_induction": list(range(t + 3, last + 1))}
+    if failures:
+        record["fallback"] = failures[0]
+    return run, record
