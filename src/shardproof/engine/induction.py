@@ -156,10 +156,11 @@ def steady(values: list) -> bool:
 
 def _progression(x: np.ndarray, y: np.ndarray, z: np.ndarray, steps: int) -> np.ndarray:
     """The vector `steps` affine steps after z, where x -> y -> z is one step twice: a
-    translation by one difference, or an extension by a block translated by one difference."""
+    translation (each position moves by one shift, or stays), or an extension by a block
+    that is the previous block shifted as a whole."""
     if len(x) == len(y) == len(z):
         d = y - x
-        if not np.array_equal(z - y, d):
+        if not np.array_equal(z - y, d) or len(set(d.tolist()) - {0}) > 1:  # positions that move, by one shift
             raise Unfit
         return z + steps * d
     grow = len(y) - len(x)
@@ -167,6 +168,8 @@ def _progression(x: np.ndarray, y: np.ndarray, z: np.ndarray, steps: int) -> np.
         raise Unfit
     b1, b2 = y[len(x):], z[len(y):]
     d = b2 - b1
+    if len(set(d.tolist())) != 1:  # the new block is the previous one shifted as a whole
+        raise Unfit
     return np.concatenate([z] + [b2 + j * d for j in range(1, steps + 1)])
 
 
