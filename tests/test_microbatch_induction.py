@@ -71,7 +71,8 @@ def test_correct_step_traced_reduced_and_verified(correct):
     assert traced == [3], "one trace, of 3 microbatches (first, second, generic)"
     assert _loop(report) == {"microbatches": 8, "traced": [0, 1, 2], "generic": 2, "derived": [3, 4, 5, 6, 7]}
     from shardproof.report.terminal import rank_classes_text
-    assert rank_classes_text(report).endswith("(microbatches 3-7 derived from 2)"), rank_classes_text(report)
+    assert rank_classes_text(report).endswith("(microbatches 3-7 derived from 2); proof: microbatches 5-7 by "
+                                              "induction from 2-4"), rank_classes_text(report)
     marked = {m for _, m in p.dist.graphs[1].positions.values()}
     assert marked == set(range(8)), "every microbatch's nodes are marked, on the derived rank too"
     # the proof: microbatches 2, 3, 4 interpreted (one affine step checked twice), 5-7 concluded (engine/induction.py)
@@ -180,10 +181,13 @@ def test_missing_accumulation_in_the_last_microbatch_is_found():
 
 def test_a_constant_of_the_microbatch_count_is_not_derived():
     """Scaled by 8 / train.microbatches: the reduced run is another program, so the loop is
-    traced whole (8 microbatches), and the step still verifies."""
+    traced whole (8 microbatches), and the step still verifies -- by induction over the loop
+    traced whole (microbatches 1-7 record one program; the scale is in every microbatch's
+    terms and the end of the loop is checked against the single-device gradient)."""
     _, report, traced = _run(mb8_mlp_train_count_scaled)
     assert traced == [8] and _loop(report) is None
     assert report.status == "unknown" and report.reason.startswith("proved, but not confirmed"), report
+    assert report.stats["microbatch_induction"] == {"microbatches": 8, "checked": [1, 2, 3], "by_induction": [4, 5, 6, 7]}
 
 
 # ---------------------------------------------------------------- labels (real gloo runs)

@@ -68,30 +68,75 @@ class Unfit(Exception):
     """The three states are not one affine step apart."""
 
 
+def _generic(cls: dict) -> tuple | None:
+    """(M, t, E) of one rank class: from its derived loop (frontends/microbatches.py), else
+    from its microbatches grouped by equal eager records (a loop traced whole): the run
+    ``t .. E`` of one program that ends the loop (E = M-1, or M-2 before an odd last one)."""
+    lp = cls.get("microbatch_loop")
+    if lp is not None:
+        derived = lp["derived"]
+        if not derived or derived != list(range(lp["generic"] + 1, derived[-1] + 1)):
+            return None
+        return lp["microbatches"], lp["generic"], derived[-1]
+    groups = cls.get("microbatch_classes") or []
+    count = 1 + max((m for g in groups for m in g), default=-1)
+    for end in (count - 1, count - 2):
+        run = next((g for g in groups if end in g), None)
+        if run and run == list(range(run[0], end + 1)) and (end == count - 1 or [count - 1] in groups):
+            return count, run[0], end
+    return None
+
+
 def loop_of(dist: DistributedProgram) -> dict | None:
-    """``{"microbatches", "generic", "last"}`` where every rank class derived its loop the
-    same way with at least three generic microbatches after the two checked steps' base
-    (so that at least one is concluded); else None."""
-    loops = [c.get("microbatch_loop") for c in dist.classes or []]
-    if not loops or any(lp is None for lp in loops) or len({repr(lp) for lp in loops}) != 1:
+    """``{"microbatches", "generic", "last"}`` where every rank class has one loop shape with
+    at least one generic microbatch after the three checked ones; else None."""
+    shapes = {_generic(c) for c in dist.classes or []}
+    if len(shapes) != 1 or None in shapes:
         return None
-    lp = loops[0]
-    t, derived = lp["generic"], lp["derived"]
-    if not derived or derived != list(range(t + 1, derived[-1] + 1)) or derived[-1] < t + 3:
+    count, t, last = shapes.pop()
+    return {"microbatches": count, "generic": t, "last": last} if last >= t + 3 else None
+
+
+def _relative(node: Node, k: int, index: dict, positions: dict):
+    """The node's call with each operand named relative to microbatch `k`: its own tensor or
+    the previous microbatch's by position in the body, a tensor before the loop as such (the
+    batch slices are checked apart); None where it reads another microbatch's tensor."""
+    def ref(x):
+        if isinstance(x, Node):
+            where = positions.get(x.name)
+            if where is None:
+                return ("pre",)
+            if where[0] is None and where[1] in (k, k - 1) and x in index:
+                return ("self" if where[1] == k else "prev", index[x])
+            raise Unfit
+        if isinstance(x, (list, tuple)):
+            return tuple(ref(v) for v in x)
+        if isinstance(x, dict):
+            return tuple((key, ref(v)) for key, v in sorted(x.items()))
+        return repr(x)
+    ty = node.type
+    try:
+        return (node.op, ref(node.args), ref(node.kwargs),
+                repr(ty) if isinstance(ty, tuple) or ty is None else (tuple(ty.shape), ty.dtype))
+    except Unfit:
         return None
-    return {"microbatches": lp["microbatches"], "generic": t, "last": derived[-1]}
 
 
 def _bodies(graph: Graph, lo: int, hi: int) -> dict | None:
-    """Microbatch -> its nodes in order, for microbatches lo..hi; None where they are not
-    copies of one body (same ops, position by position)."""
+    """Microbatch -> its nodes in order, for microbatches lo..hi; None where microbatches
+    lo+1..hi are not one body (:func:`_relative`: the same calls, constants and types, each
+    reading its own, the previous microbatch's or the loop's outer tensors). Microbatch lo
+    may read another program's tensors (its previous microbatch is not generic)."""
     bodies: dict = {k: [] for k in range(lo, hi + 1)}
     for n in graph.nodes:
         where = graph.positions.get(n.name)
         if where is not None and where[0] is None and where[1] in bodies:
             bodies[where[1]].append(n)
-    ops = [n.op for n in bodies[lo]]
-    if not ops or any([n.op for n in b] != ops for b in bodies.values()):
+    index = {n: p for b in bodies.values() for p, n in enumerate(b)}
+    keys = [[_relative(n, k, index, graph.positions) for n in bodies[k]] for k in range(lo + 1, hi + 1)]
+    first = [(n.op, getattr(n.type, "shape", None)) for n in bodies[lo]]
+    if not first or first != [(n.op, getattr(n.type, "shape", None)) for n in bodies[lo + 1]] \
+            or any(None in key or key != keys[0] for key in keys):
         return None
     return bodies
 
