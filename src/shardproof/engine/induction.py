@@ -62,6 +62,7 @@ from ..ir.graph import DistributedProgram, Graph, Node
 
 INDUCTION = True  # False: every microbatch interpreted (the bench's baseline)
 OP = "shardproof.induction"  # the pseudo-node standing for the microbatches concluded by induction
+FIXED = {"const", "input", "partial_input", "ignored", "opaque", "shared_const"}  # terms never moved by a step
 
 
 class Unfit(Exception):
@@ -252,9 +253,9 @@ class Extrapolator:
         key = (a, b, c)
         if key not in self.memo:
             ta, tb, tc = self.terms[a], self.terms[b], self.terms[c]
-            if not (ta.op == tb.op == tc.op and ta.shape == tb.shape == tc.shape
+            if not (ta.op == tb.op == tc.op and ta.shape == tb.shape == tc.shape and ta.op not in FIXED
                     and len(ta.children) == len(tb.children) == len(tc.children)):
-                raise Unfit
+                raise Unfit  # (a constant's or a leaf's bytes are values, never positions)
             attrs = _attr(ta.attrs, tb.attrs, tc.attrs, self.steps)
             kids = tuple(self.term(*k) for k in zip(ta.children, tb.children, tc.children))
             self.memo[key] = self.terms.make(tc.op, attrs, kids, tc.shape)
@@ -303,7 +304,7 @@ def wrapper(terms, plans: list, loop: dict, failures: list):
                     raise Unfit
                 for p in read:
                     env[bodies[last][p]] = extrapolate.value(*(env[bodies[k][p]] for k in (t, t + 1, t + 2)))
-            except Unfit:
+            except Exception:  # noqa: BLE001  (Unfit, or a term the store refuses: every microbatch interpreted)
                 failures.append(f"rank {rank}: the batch slices of microbatches {t}..{last} or the states after "
                                 f"microbatches {t}, {t + 1}, {t + 2} are not one affine step apart")
                 for p in read:  # opaque: the outputs do not relate, and the engine interprets every microbatch
