@@ -71,12 +71,12 @@ def test_correct_step_traced_reduced_and_verified(correct):
     assert traced == [3], "one trace, of 3 microbatches (first, second, generic)"
     assert _loop(report) == {"microbatches": 8, "traced": [0, 1, 2], "generic": 2, "derived": [3, 4, 5, 6, 7]}
     from shardproof.report.terminal import rank_classes_text
-    assert rank_classes_text(report).endswith("(microbatches 3-7 derived from 2); proof: microbatches 5-7 by "
-                                              "induction from 2-4"), rank_classes_text(report)
+    assert rank_classes_text(report).endswith("(microbatches 3-7 derived from 2); proof: microbatches 4-7 by "
+                                              "induction from 1-3"), rank_classes_text(report)
     marked = {m for _, m in p.dist.graphs[1].positions.values()}
     assert marked == set(range(8)), "every microbatch's nodes are marked, on the derived rank too"
-    # the proof: microbatches 2, 3, 4 interpreted (one affine step checked twice), 5-7 concluded (engine/induction.py)
-    assert report.stats["microbatch_induction"] == {"microbatches": 8, "checked": [2, 3, 4], "by_induction": [5, 6, 7]}
+    # the proof: microbatches 1, 2, 3 interpreted (one affine step checked twice), 4-7 concluded (engine/induction.py)
+    assert report.stats["microbatch_induction"] == {"microbatches": 8, "checked": [1, 2, 3], "by_induction": [4, 5, 6, 7]}
 
 
 def test_derived_loop_is_the_traced_one(correct):

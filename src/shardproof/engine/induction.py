@@ -2,15 +2,16 @@
 is interpreted three times, and the accumulator after the last generic microbatch is
 concluded from them instead of interpreting every copy.
 
-What the capture established (frontends/microbatches.py), before the engine runs: the
-rank's microbatches ``t .. E`` (``E`` = M-1, or M-2 when the last one differs) ran **one
-ATen program** in the eager record of the real loop (same ops, scalars and constants), each
-reading only the tensors before the loop, its own slice of the batch (output ``k`` of the
-split before the loop, the loop's arithmetic progression) and the previous microbatch's
-tensors (the accumulators); the graph of the whole loop repeats that body (derived from a
-trace, checked on the real inputs). A microbatch whose program differs (a loss doubled in
-the last one, ``if mb == 3``, a missing accumulation add) is not in ``t .. E``: it is
-traced and interpreted as itself.
+What the capture established, before the engine runs: the rank's microbatches ``t .. E``
+(``E`` = M-1, or M-2 when the last one differs) ran **one ATen program** in the eager record
+of the real loop (same ops, scalars and constants: the rank class's microbatch classes,
+frontends/rank_classes.py; a derived loop's records, frontends/microbatches.py). What this
+module checks on the graph it proves: microbatches ``t+1 .. E`` are one body position by
+position (op, constants, shapes, dtypes), each operand the microbatch's own tensor, the
+previous microbatch's at the same position (the accumulators) or a tensor before the loop
+(its slice of the batch: checked to move by one constant step). A microbatch whose program
+differs (a loss doubled in the last one, ``if mb == 3``, a missing accumulation add) is not
+in ``t .. E``: it is interpreted as itself.
 
 The induction (this module): let ``S_k`` be the values of microbatch ``k``'s tensors (term
 and layout). The engine interprets microbatches ``0 .. t+2`` as always (base: ``S_t``, and
@@ -70,21 +71,24 @@ class Unfit(Exception):
 
 
 def _generic(cls: dict) -> tuple | None:
-    """(M, t, E) of one rank class: from its derived loop (frontends/microbatches.py), else
-    from its microbatches grouped by equal eager records (a loop traced whole): the run
-    ``t .. E`` of one program that ends the loop (E = M-1, or M-2 before an odd last one)."""
-    lp = cls.get("microbatch_loop")
-    if lp is not None:
-        derived = lp["derived"]
-        if not derived or derived != list(range(lp["generic"] + 1, derived[-1] + 1)):
-            return None
-        return lp["microbatches"], lp["generic"], derived[-1]
+    """(M, t, E) of one rank class: the longest run ``t .. E`` of microbatches with one eager
+    record (the class's microbatch classes, frontends/rank_classes.py) that ends the loop (E =
+    M-1, or M-2 before an odd last one); else the derived loop's generic microbatches
+    (frontends/microbatches.py). The graph is checked to repeat one body (:func:`_bodies`)."""
     groups = cls.get("microbatch_classes") or []
     count = 1 + max((m for g in groups for m in g), default=-1)
     for end in (count - 1, count - 2):
         run = next((g for g in groups if end in g), None)
-        if run and run == list(range(run[0], end + 1)) and (end == count - 1 or [count - 1] in groups):
-            return count, run[0], end
+        if run is None or (end == count - 2 and [count - 1] not in groups):
+            continue
+        t = end
+        while t - 1 in run:
+            t -= 1
+        if end >= t + 3:
+            return count, t, end
+    lp = cls.get("microbatch_loop")
+    if lp is not None and lp["derived"] == list(range(lp["generic"] + 1, lp["derived"][-1] + 1)):
+        return lp["microbatches"], lp["generic"], lp["derived"][-1]
     return None
 
 
