@@ -21,6 +21,7 @@ sys.path.insert(0, HERE)
 import mb8_mlp_train  # noqa: E402
 import mb8_mlp_train_acc_doubled  # noqa: E402
 import mb8_mlp_train_count_scaled  # noqa: E402
+import mb8_mlp_train_divided_by_count  # noqa: E402
 import mb8_mlp_train_first_slice  # noqa: E402
 import mb8_mlp_train_last_doubled  # noqa: E402
 import mb8_mlp_train_last_not_accumulated  # noqa: E402
@@ -151,6 +152,18 @@ def test_uniform_bugs_do_not_fit_the_induction(module, kind):
     assert report.findings[0].kind == kind, report.findings[0]
 
 
+def test_a_wrong_loss_scale_in_every_microbatch_fails_at_the_end_of_the_induction():
+    """Every microbatch's loss divided by M on top of the token-count normalisation: one program
+    (the step fits the induction), but the gradient accumulated over the loop is 1/M of the
+    single-device one -- the end of the induction is not proved, and the bug is found."""
+    _, report, traced = _run(mb8_mlp_train_divided_by_count)
+    assert report.status == "violation", report
+    assert report.stats["microbatch_induction"] == {
+        "microbatches": 8, "checked": [1, 2, 3], "by_induction": [],
+        "fallback": "the outputs are not proved from the concluded state"}, "the step fitted; the end did not"
+    assert report.findings[0].kind == "scaling-mismatch", report.findings[0]
+
+
 def test_bug_in_the_last_microbatch_only_is_found_there():
     _, report, traced = _run(mb8_mlp_train_last_doubled)
     assert report.status == "violation", report
@@ -196,7 +209,8 @@ def test_a_constant_of_the_microbatch_count_is_not_derived():
 @pytest.mark.parametrize("name,want", [
     ("mb8_mlp_train", True), ("mb8_mlp_train_count_scaled", True), ("mb8_mlp_train_last_doubled", False),
     ("mb8_mlp_train_middle_doubled", False), ("mb8_mlp_train_last_not_accumulated", False),
-    ("mb8_mlp_train_acc_doubled", False), ("mb8_mlp_train_first_slice", False)])
+    ("mb8_mlp_train_acc_doubled", False), ("mb8_mlp_train_first_slice", False),
+    ("mb8_mlp_train_divided_by_count", False)])
 def test_labels_on_gloo(name, want):
     """Correct programs' gradients equal the single-device ones on every rank; the buggy
     ones' differ on every rank (after the dp all_reduce)."""
