@@ -24,7 +24,7 @@ two steps, ``S_{t+1}``, ``S_{t+2}``), then
   extended by one block that is the previous block translated by one difference (the
   accumulator's contraction covers one more microbatch's rows). The slices of the batch
   the generic microbatches read must move by one constant step for *all* ``k`` in
-  ``t .. E`` (checked on the split's values, all of them).
+  ``t+1 .. E`` (checked on the split's values, all of them).
 - **the conclusion**: ``S_E`` is that step applied ``E - t - 2`` more times (its terms built
   through the term store, so the algebra's rewrites apply as when built by the rules);
   microbatches ``t+3 .. E`` are not interpreted. An odd last microbatch and the step after
@@ -175,13 +175,14 @@ def folded(dist: DistributedProgram, loop: dict):
 
 def _slices(graph: Graph, bodies: dict, t: int, last: int) -> list[list[Node]]:
     """Per operand of the body that is a tensor before the loop and differs between the
-    generic microbatches (their slices of the batch): that tensor in microbatches t..last."""
+    generic microbatches (their slices of the batch): that tensor in microbatches t+1..last
+    (one body, so one operand structure: :func:`_bodies`)."""
     out = []
-    for p, n in enumerate(bodies[t]):
+    for p, n in enumerate(bodies[t + 1]):
         for i, x in enumerate(n.inputs):
             if graph.positions.get(x.name) is not None:  # a microbatch's tensor, not one before the loop
                 continue
-            per = [list(bodies[k][p].inputs)[i] for k in range(t, last + 1)]
+            per = [list(bodies[k][p].inputs)[i] for k in range(t + 1, last + 1)]
             if any(y is not x for y in per):
                 out.append(per)
     return out
@@ -309,7 +310,7 @@ def wrapper(terms, plans: list, loop: dict, failures: list):
                 for p in read:
                     env[bodies[last][p]] = extrapolate.value(*(env[bodies[k][p]] for k in (t, t + 1, t + 2)))
             except Exception:  # noqa: BLE001  (Unfit, or a term the store refuses: every microbatch interpreted)
-                failures.append(f"rank {rank}: the batch slices of microbatches {t}..{last} or the states after "
+                failures.append(f"rank {rank}: the batch slices of microbatches {t + 1}..{last} or the states after "
                                 f"microbatches {t}, {t + 1}, {t + 2} are not one affine step apart")
                 for p in read:  # opaque: the outputs do not relate, and the engine interprets every microbatch
                     env[bodies[last][p]] = None
