@@ -60,6 +60,7 @@ import numpy as np
 
 from ..algebra.layout import Val, canon_vec
 from ..ir.graph import DistributedProgram, Graph, Node
+from .tables import VARYING
 
 INDUCTION = True  # False: every microbatch interpreted (the bench's baseline)
 OP = "shardproof.induction"  # the pseudo-node standing for the microbatches concluded by induction
@@ -67,7 +68,8 @@ FIXED = {"const", "input", "partial_input", "ignored", "opaque", "shared_const"}
 
 
 class Unfit(Exception):
-    """The three states are not one affine step apart."""
+    """The three states are not one affine step apart (or the induction's precondition fails:
+    the message says which)."""
 
 
 def _generic(cls: dict) -> tuple | None:
@@ -169,7 +171,7 @@ def folded(dist: DistributedProgram, loop: dict):
         at = kept.index(bodies[t + 2][-1]) + 1
         kept.insert(at, node)
         graphs.append(replace(g, nodes=kept))
-        plans.append((node, bodies, read, _slices(g, bodies, t, last)))
+        plans.append((node, bodies, read, _slices(g, bodies, t, last), input_independent(g)))
     return replace(dist, graphs=graphs), plans
 
 
@@ -186,6 +188,37 @@ def _slices(graph: Graph, bodies: dict, t: int, last: int) -> list[list[Node]]:
             if any(y is not x for y in per):
                 out.append(per)
     return out
+
+
+def input_independent(graph: Graph) -> set:
+    """Names of the graph's nodes computed from no input (constants, aranges, sizes): the
+    tensors engine/tables.py evaluates and may relate to the single-device program by value."""
+    out: set = set()
+    for n in graph.nodes:
+        if n.op != "input" and not any(v in n.op for v in VARYING) and all(x.name in out for x in n.inputs):
+            out.add(n.name)
+    return out
+
+
+def alike_by_value(rank: int, slices: list, independent: set, tables, first: int) -> None:
+    """The precondition on the values the rules may read by value: each batch slice the
+    generic microbatches read that is computed from no input (a row mask or row ids built
+    before the loop) must be equal, element for element, in every generic microbatch --
+    the rows are then treated alike whatever a value-based match (engine/tables.py) makes
+    of them, in the concluded microbatches as in the checked ones. A slice of an input, or
+    one the tables never evaluated, is related by terms only (its moves checked by
+    :func:`steady`). Raises Unfit with why."""
+    for per in slices:
+        if not any(x.name in independent for x in per):
+            continue
+        values = [None if tables is None else tables.values.get((rank, x.name)) for x in per]
+        if all(v is None for v in values):
+            continue  # never evaluated (a view of a split): nothing downstream is related by value
+        for k, (x, v) in enumerate(zip(per, values)):
+            if v is None or values[0] is None or not np.array_equal(values[0], v, equal_nan=v.dtype.kind == "f"):
+                raise Unfit(f"rank {rank}: microbatch {first + k}'s slice {x.name} of a tensor built before the loop "
+                            f"from no input differs by value from microbatch {first}'s (its rows are not treated "
+                            f"alike; such tensors are related by value, which is not extrapolated)")
 
 
 def steady(values: list) -> bool:
@@ -299,18 +332,20 @@ def wrapper(terms, plans: list, loop: dict, failures: list):
     t, last = loop["generic"], loop["last"]
     extrapolate = Extrapolator(terms, last - t - 2)
 
-    def wrap(evaluate):
+    def wrap(evaluate, tables=None):
         def eval_node(rank: int, node: Node, env: dict):
             if node.op != OP:
                 return evaluate(rank, node, env)
-            _, bodies, read, slices = plans[rank]
+            _, bodies, read, slices, independent = plans[rank]
             try:
+                alike_by_value(rank, slices, independent, tables, t + 1)
                 if not all(steady([env[x] for x in per]) for per in slices):
                     raise Unfit
                 for p in read:
                     env[bodies[last][p]] = extrapolate.value(*(env[bodies[k][p]] for k in (t, t + 1, t + 2)))
-            except Exception:  # noqa: BLE001  (Unfit, or a term the store refuses: every microbatch interpreted)
-                failures.append(f"rank {rank}: the batch slices of microbatches {t + 1}..{last} or the states after "
+            except Exception as exc:  # noqa: BLE001  (Unfit, or a term the store refuses: every microbatch interpreted)
+                failures.append(str(exc) if isinstance(exc, Unfit) and exc.args else
+                                f"rank {rank}: the batch slices of microbatches {t + 1}..{last} or the states after "
                                 f"microbatches {t}, {t + 1}, {t + 2} are not one affine step apart")
                 for p in read:  # opaque: the outputs do not relate, and the engine interprets every microbatch
                     env[bodies[last][p]] = None

@@ -91,7 +91,8 @@ def _const(terms: TermStore, node: Node) -> Val:
 
 def interpret(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, Val],
               dist_inputs: list[dict[str, Val]], terms: TermStore, wrap=None) -> SymbolicRun:
-    """`wrap`: a function of the distributed evaluator returning another (engine/induction.py)."""
+    """`wrap`: a function of the distributed evaluator and the tables returning another evaluator
+    (engine/induction.py)."""
     unsupported: list[Unsupported] = []
     def eval_collective(nodes, args):
         opdef = lookup(nodes[0].op)
@@ -118,7 +119,7 @@ def interpret(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, Val],
     evals = [_evaluator(terms, dist_inputs[r], unsupported, world, "dist", tables, ctx_type) for r in range(world)]
     by_class = ClassProof(dist, evals, reads, unsupported, tables) if ctx_type is not RuleCtx else None
     evaluate = by_class or (lambda r, n, env: evals[r](r, n, env))
-    dist_run = run_lockstep(dist.graphs, wrap(evaluate) if wrap else evaluate, eval_collective)
+    dist_run = run_lockstep(dist.graphs, wrap(evaluate, tables) if wrap else evaluate, eval_collective)
     return SymbolicRun(terms, seq_run.envs[0], dist_run.envs, unsupported, dist_run.mismatch,
                        by_class.stats() if by_class else None)
 
