@@ -25,6 +25,16 @@ two steps, ``S_{t+1}``, ``S_{t+2}``), then
   accumulator's contraction covers one more microbatch's rows). The slices of the batch
   the generic microbatches read must move by one constant step for *all* ``k`` in
   ``t+1 .. E`` (checked on the split's values, all of them).
+- **rows treated alike by value** (:func:`alike_by_value`): the one place a rule reads
+  values, not terms, is engine/tables.py -- a tensor computed from no input (a row mask,
+  row ids built before the loop) is evaluated and, equal to a block of a single-device
+  table, *becomes* that block. A body computing from such a slice could then be matched at
+  the three checked microbatches and not at a later one (row ids clamped from row 6: a
+  step that was proved before this check). So each batch slice computed from no input
+  must be equal, element for element, in every generic microbatch ``t+1 .. E`` (checked
+  on all of them); a slice the tables never evaluated (a view of a split) leaves nothing
+  downstream to relate by value. Else every microbatch is interpreted
+  (``stats.microbatch_induction.fallback`` says which slice).
 - **the conclusion**: ``S_E`` is that step applied ``E - t - 2`` more times (its terms built
   through the term store, so the algebra's rewrites apply as when built by the rules);
   microbatches ``t+3 .. E`` are not interpreted. An odd last microbatch and the step after
@@ -44,7 +54,8 @@ operands), never through the absolute value of a row -- except where a vector be
 whole dimension (then it is canonicalised to "all"), which the extrapolated state is built
 for too (``canon_vec``). A rule that reads absolute rows (a mask built from positions) is
 input-independent data (engine/tables.py) and is the same tensor in every microbatch, or
-differs through the slice -- checked by the progression of the slices. This is a check at
+differs through the slice -- checked by the progression of the slices (their terms) and
+their values (:func:`alike_by_value`). This is a check at
 three points plus that stated invariance, not a proof for a symbolic ``m``: where it does
 not hold as checked (anything but the affine step), the engine interprets every microbatch
 (today's path), and a verdict other than "proved" from the induction is always re-derived
