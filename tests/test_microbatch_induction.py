@@ -26,8 +26,8 @@ import mb8_mlp_train_first_slice  # noqa: E402
 import mb8_mlp_train_last_doubled  # noqa: E402
 import mb8_mlp_train_last_not_accumulated  # noqa: E402
 import mb8_mlp_train_middle_doubled  # noqa: E402
-import mb8_mlp_train_row_ids  # noqa: E402
 import mb8_mlp_train_row_ids_clamped  # noqa: E402
+import mb8_mlp_train_same_row_ids  # noqa: E402
 
 
 def _run(module, confirm=False):
@@ -212,29 +212,34 @@ def test_rows_treated_alike_by_value_is_a_precondition():
     a bug), the three checked microbatches still look like every other -- without the
     precondition the induction concluded the clamped rows as unclamped and proved the step.
     Now the slices' values must be equal in every generic microbatch, or every microbatch is
-    interpreted: the bug is found; the correct program still proves, without the induction."""
+    interpreted: the bug is found. Every row's id 3 on both sides (slices equal by value): the
+    precondition holds and the step is proved by induction."""
     _, report, _ = _run(mb8_mlp_train_row_ids_clamped)
     assert report.status == "violation", report
     induced = report.stats["microbatch_induction"]
     assert induced["by_induction"] == [] and "differs by value" in induced["fallback"], induced
-    _, report, _ = _run(mb8_mlp_train_row_ids)
+    _, report, _ = _run(mb8_mlp_train_same_row_ids)
     assert report.status == "unknown" and report.reason.startswith("proved, but not confirmed"), report
-    assert "differs by value" in report.stats["microbatch_induction"]["fallback"]
+    assert report.stats["microbatch_induction"]["by_induction"] == [4, 5, 6, 7], report.stats
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,bug", [
     ("mb8_mlp_train_single_row_mask", True), ("mb8_mlp_train_single_cat_scaled", True),
-    ("mb8_mlp_train_parallel_row_mask", True), ("mb8_mlp_train_both_row_mask", False)])
+    ("mb8_mlp_train_parallel_row_mask", True), ("mb8_mlp_train_both_row_mask", False),
+    ("mb8_mlp_train_row_ids", False)])
 def test_batch_non_uniform_programs(name, bug):
     """Rows from 6 on (microbatches 6-7, after the three checked) treated otherwise: by the
     single-device loss (a row mask from arange; a cat with the last rows scaled), by the
-    parallel loop (a row mask built before it, split with the batch), or by both alike. Never
-    proved by induction; the buggy ones are violations, the correct one is not."""
+    parallel loop (a row mask built before it, split with the batch), or by both alike; rows
+    weighted by their ids on both sides. Never proved by induction; the buggy ones are
+    violations, the correct ones are not (row ids: proved by interpreting every microbatch)."""
     import importlib
     _, report, _ = _run(importlib.import_module(name))
     assert report.stats["microbatch_induction"]["by_induction"] == [], report.stats["microbatch_induction"]
     assert (report.status == "violation") == bug, report
+    if name == "mb8_mlp_train_row_ids":
+        assert report.reason.startswith("proved, but not confirmed"), report
 
 
 # ---------------------------------------------------------------- labels (real gloo runs)
@@ -247,7 +252,7 @@ def test_batch_non_uniform_programs(name, bug):
     ("mb8_mlp_train_divided_by_count", False), ("mb8_mlp_train_row_ids", True),
     ("mb8_mlp_train_row_ids_clamped", False), ("mb8_mlp_train_single_row_mask", False),
     ("mb8_mlp_train_single_cat_scaled", False), ("mb8_mlp_train_parallel_row_mask", False),
-    ("mb8_mlp_train_both_row_mask", True)])
+    ("mb8_mlp_train_both_row_mask", True), ("mb8_mlp_train_same_row_ids", True)])
 def test_labels_on_gloo(name, want):
     """Correct programs' gradients equal the single-device ones on every rank; the buggy
     ones' differ on every rank (after the dp all_reduce)."""

@@ -32,8 +32,9 @@ two steps, ``S_{t+1}``, ``S_{t+2}``), then
   the three checked microbatches and not at a later one (row ids clamped from row 6: a
   step that was proved before this check). So each batch slice computed from no input
   must be equal, element for element, in every generic microbatch ``t+1 .. E`` (checked
-  on all of them); a slice the tables never evaluated (a view of a split) leaves nothing
-  downstream to relate by value. Else every microbatch is interpreted
+  on all of them; rules that read a constant's rows, algebra/softmax_rows.py, are covered
+  too); a slice with no value to compare (a view of a split) fails it. Else every
+  microbatch is interpreted
   (``stats.microbatch_induction.fallback`` says which slice).
 - **the conclusion**: ``S_E`` is that step applied ``E - t - 2`` more times (its terms built
   through the term store, so the algebra's rewrites apply as when built by the rules);
@@ -216,17 +217,19 @@ def alike_by_value(rank: int, slices: list, independent: set, tables, first: int
     generic microbatches read that is computed from no input (a row mask or row ids built
     before the loop) must be equal, element for element, in every generic microbatch --
     the rows are then treated alike whatever a value-based match (engine/tables.py) makes
-    of them, in the concluded microbatches as in the checked ones. A slice of an input, or
-    one the tables never evaluated, is related by terms only (its moves checked by
-    :func:`steady`). Raises Unfit with why."""
+    of them (or a rule reading a constant's rows, algebra/softmax_rows.py), in the concluded
+    microbatches as in the checked ones; one the tables did not evaluate (a view of a split)
+    is not checked, so it fails too. A slice of an input is related by terms only (its moves
+    checked by :func:`steady`). Raises Unfit with why."""
     for per in slices:
         if not any(x.name in independent for x in per):
             continue
         values = [None if tables is None else tables.values.get((rank, x.name)) for x in per]
-        if all(v is None for v in values):
-            continue  # never evaluated (a view of a split): nothing downstream is related by value
         for k, (x, v) in enumerate(zip(per, values)):
-            if v is None or values[0] is None or not np.array_equal(values[0], v, equal_nan=v.dtype.kind == "f"):
+            if v is None:  # (a view of a split: rules may still read a constant's rows by value, softmax_rows.py)
+                raise Unfit(f"rank {rank}: microbatch {first + k}'s slice {x.name} of a tensor built before the loop "
+                            f"from no input has no value to check its rows alike by")
+            if not np.array_equal(values[0], v, equal_nan=v.dtype.kind == "f"):
                 raise Unfit(f"rank {rank}: microbatch {first + k}'s slice {x.name} of a tensor built before the loop "
                             f"from no input differs by value from microbatch {first}'s (its rows are not treated "
                             f"alike; such tensors are related by value, which is not extrapolated)")

@@ -92,3 +92,16 @@ class ClampedRowIdMicrobatches(RowIdMicrobatches):
 
     def ids(self, ids):
         return ids.clamp(max=LOCAL_ROWS * self.mesh.dp_rank + CUT - 1)
+
+
+class SameRowIdMicrobatches(RowIdMicrobatches):
+    """Every row's id replaced by 3: the slices built before the loop are equal by value."""
+
+    def ids(self, ids):
+        return torch.full_like(ids, 3)
+
+
+def same_row_weighted_loss(outputs, batch):
+    """The token-mean loss with every token weighted as a token of row 3."""
+    w = row_weights(torch.full((outputs.shape[0],), 3))
+    return (batch["mask"] * w * (0.5 * (outputs - batch["target"]) ** 2).sum(-1)).sum() / batch["mask"].sum()
