@@ -105,3 +105,12 @@ def same_row_weighted_loss(outputs, batch):
     """The token-mean loss with every token weighted as a token of row 3."""
     w = row_weights(torch.full((outputs.shape[0],), 3))
     return (batch["mask"] * w * (0.5 * (outputs - batch["target"]) ** 2).sum(-1)).sum() / batch["mask"].sum()
+
+
+class CatScaledMicrobatches(CountedMicrobatches):
+    """Bug: before the loop the local batch's rows from CUT on are scaled by 2 (a cat of the
+    first rows and the last ones scaled), then split into microbatches as usual."""
+
+    def accumulate_gradients(self, params, inputs, train):
+        x = inputs["x"]
+        return super().accumulate_gradients(params, dict(inputs, x=torch.cat([x[:CUT], 2 * x[CUT:]])), train)
