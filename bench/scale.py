@@ -5,7 +5,8 @@ microbatches M in {2,4,8}. Each configuration runs in its own process (its peak 
 own): capture (wall and CPU seconds, CPU ms per traced node), the proof (the engine, no
 confirmation by execution), the engine's verdict, peak memory.
 
-    python bench/scale.py [--quick] [--workers K] [--no-symmetry] [--no-class-proof] [--only N,dp,tp,M ...]
+    python bench/scale.py [--quick] [--workers K] [--no-symmetry] [--no-class-proof] [--no-induction]
+                          [--whole-loops] [--confirm] [--only N,dp,tp,M ...]
     python bench/scale.py --blocks [--only N,tp ...]
     python bench/scale.py --step-blocks [--only N ...]
 
@@ -43,7 +44,7 @@ def configs(sweep) -> list:
 
 
 def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True, class_proof=True, whole_loops=False,
-        confirm=False) -> dict:
+        confirm=False, induction=True) -> dict:
     """Capture and prove one configuration in this process (`whole_loops`: every microbatch
     traced, frontends/microbatches.py off; `confirm`: then the confirmation by execution, timed
     on its own)."""
@@ -58,6 +59,8 @@ def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True, class_proof
     symbolic.CLASS_PROOF = class_proof
     from shardproof.frontends import microbatches as mb_loops
     mb_loops.ENABLED = not whole_loops
+    from shardproof.engine import induction as mb_induction
+    mb_induction.INDUCTION = induction
     capture_case(llama_stack.case(1, 1, 2, 1), 2)  # warm-up: imports, caches
     case = llama_stack.case(n_layers, dp, tp, microbatches)
     options = {} if workers is None else {"workers": workers}
@@ -80,6 +83,7 @@ def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True, class_proof
             "ms_per_node": round(1000 * capture_cpu / nodes, 3), "prove_s": round(prove_s, 2),
             "prove_cpu_s": round(prove_cpu, 2),
             "verdict": engine, "reason": (report.reason or "")[:80], "loops_traced": loops, **confirmed,
+            "by_induction": (report.stats.get("microbatch_induction") or {}).get("by_induction", []),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
 
@@ -183,6 +187,8 @@ def main() -> None:
                     help="interpret every rank's ops (the proof before engine/classes.py)")
     ap.add_argument("--only", nargs="*", help="configurations N,dp,tp,M")
     ap.add_argument("--whole-loops", action="store_true", help="trace every microbatch (before issue 16's microbatch loops)")
+    ap.add_argument("--no-induction", action="store_true",
+                    help="interpret every microbatch (before engine/induction.py)")
     ap.add_argument("--confirm", action="store_true", help="also time the confirmation by execution (gloo), apart")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--blocks", action="store_true", help="the layer stack by block contracts (--only N,tp)")
@@ -205,18 +211,20 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers, symmetry=not args.no_symmetry,
                              class_proof=not args.no_class_proof, whole_loops=args.whole_loops,
-                             confirm=args.confirm)))
+                             confirm=args.confirm, induction=not args.no_induction)))
         return
     todo = [tuple(map(int, c.split(","))) for c in args.only] if args.only else configs(QUICK if args.quick else SWEEP)
     print("| N | dp | tp | M | ranks (traced) | nodes | capture s (wall) | capture s (CPU) | capture CPU ms / node "
-          "| proof s (wall) | proof s (CPU) | engine verdict | peak MB | microbatches traced | confirm s (wall) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| proof s (wall) | proof s (CPU) | engine verdict | peak MB | microbatches traced | by induction "
+          "| confirm s (wall) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = {}
     for c in todo:
         extra = ["--workers", str(args.workers)] if args.workers is not None else []
         extra += ["--no-symmetry"] if args.no_symmetry else []
         extra += ["--no-class-proof"] if args.no_class_proof else []
         extra += ["--whole-loops"] * args.whole_loops + ["--confirm"] * args.confirm
+        extra += ["--no-induction"] * args.no_induction
         r = _subprocess(["--one", ",".join(map(str, c))] + extra)
         if isinstance(r, str):
             print(f"| {' | '.join(map(str, c))} | failed: {r} |")
@@ -225,6 +233,7 @@ def main() -> None:
         print(f"| {r['N']} | {r['dp']} | {r['tp']} | {r['M']} | {r['ranks']} ({r['traced']}) | {r['nodes']} | {r['capture_s']} "
               f"| {r['capture_cpu_s']} | {r['ms_per_node']} | {r['prove_s']} | {r['prove_cpu_s']} | {r['verdict']} "
               f"| {r['peak_mb']} | {' '.join(map(str, r['loops_traced'])) or 'all'} "
+              f"| {' '.join(map(str, r.get('by_induction') or [])) or '-'} "
               f"| {r.get('confirm_s', '-')} {r.get('confirmed', '')} |",
               flush=True)
     for line in ratios(rows):

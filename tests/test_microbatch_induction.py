@@ -19,10 +19,15 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases", "microb
 sys.path.insert(0, HERE)
 
 import mb8_mlp_train  # noqa: E402
+import mb8_mlp_train_acc_doubled  # noqa: E402
 import mb8_mlp_train_count_scaled  # noqa: E402
+import mb8_mlp_train_divided_by_count  # noqa: E402
+import mb8_mlp_train_first_slice  # noqa: E402
 import mb8_mlp_train_last_doubled  # noqa: E402
 import mb8_mlp_train_last_not_accumulated  # noqa: E402
 import mb8_mlp_train_middle_doubled  # noqa: E402
+import mb8_mlp_train_row_ids_clamped  # noqa: E402
+import mb8_mlp_train_same_row_ids  # noqa: E402
 
 
 def _run(module, confirm=False):
@@ -69,9 +74,12 @@ def test_correct_step_traced_reduced_and_verified(correct):
     assert traced == [3], "one trace, of 3 microbatches (first, second, generic)"
     assert _loop(report) == {"microbatches": 8, "traced": [0, 1, 2], "generic": 2, "derived": [3, 4, 5, 6, 7]}
     from shardproof.report.terminal import rank_classes_text
-    assert rank_classes_text(report).endswith("(microbatches 3-7 derived from 2)"), rank_classes_text(report)
+    assert rank_classes_text(report).endswith("(microbatches 3-7 derived from 2); proof: microbatches 4-7 by "
+                                              "induction from 1-3"), rank_classes_text(report)
     marked = {m for _, m in p.dist.graphs[1].positions.values()}
     assert marked == set(range(8)), "every microbatch's nodes are marked, on the derived rank too"
+    # the proof: microbatches 1, 2, 3 interpreted (one affine step checked twice), 4-7 concluded (engine/induction.py)
+    assert report.stats["microbatch_induction"] == {"microbatches": 8, "checked": [1, 2, 3], "by_induction": [4, 5, 6, 7]}
 
 
 def test_derived_loop_is_the_traced_one(correct):
@@ -89,9 +97,79 @@ def test_derived_loop_is_the_traced_one(correct):
     assert sig(p.dist.graphs[0]) == sig(whole)
 
 
+def test_concluded_state_is_the_interpreted_one(correct):
+    """Soundness of the induction on this loop: the state it concludes after the last generic
+    microbatch (every value a later op reads) is, term and layout, the one interpreting all 8
+    microbatches builds (one term store: equal terms are one id)."""
+    from shardproof.algebra.terms import TermStore
+    from shardproof.engine import induction
+    from shardproof.engine.symbolic import interpret
+    from shardproof.engine.verify import _input_vals
+    p, _, _ = correct
+    terms = TermStore()
+    seq_in, dist_in = _input_vals(terms, p.seq, p.dist, p.bindings)
+    run, record = induction.interpret_by_induction(p.seq, p.dist, seq_in, dist_in, terms, interpret)
+    assert "fallback" not in record and not run.unsupported, record
+    whole = interpret(p.seq, p.dist, seq_in, dist_in, terms)
+
+    def key(v):
+        return tuple(key(x) for x in v) if isinstance(v, (tuple, list)) else (v.key() if hasattr(v, "key") else v)
+    for r, g in enumerate(p.dist.graphs):
+        concluded = [n for n in g.nodes if g.positions.get(n.name) == (None, 7) and n in run.dist[r]]
+        assert len(concluded) >= 5, "the accumulated gradients and loss are concluded"
+        assert not any(g.positions.get(n.name) == (None, 6) for n in run.dist[r]), "microbatch 6 not interpreted"
+        assert [key(run.dist[r][n]) for n in concluded] == [key(whole.dist[r][n]) for n in concluded]
+
+
+def test_affine_step():
+    """The step the induction extrapolates: a translation by one difference, or an extension
+    by a block translated by one difference; anything else does not fit."""
+    import numpy as np
+    from shardproof.engine.induction import Unfit, _progression, steady
+    a = np.array
+    assert list(_progression(a([0, 1]), a([2, 3]), a([4, 5]), 2)) == [8, 9]
+    assert list(_progression(a([0, 1]), a([0, 1, 2, 3]), a([0, 1, 2, 3, 4, 5]), 1)) == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert list(_progression(a([0, 5]), a([1, 5]), a([2, 5]), 1)) == [3, 5], "a position that stays"
+    for x, y, z in [([0, 1], [2, 3], [5, 6]), ([0], [0, 1], [0, 1, 3, 4]), ([0, 1], [0, 1, 2, 3], [0, 1, 2, 3, 5, 4]),
+                    ([0, 1], [2, 4], [4, 7]), ([0, 1], [1, 2, 3], [2, 3, 4, 5])]:
+        with pytest.raises(Unfit):
+            _progression(a(x), a(y), a(z), 1)
+    from shardproof.algebra.layout import Val
+    assert steady([Val(1, (a([k, k + 1]), None)) for k in (0, 2, 4, 6)])
+    assert not steady([Val(1, (a([k, k + 1]), None)) for k in (0, 2, 4, 7)])
+    assert not steady([Val(1, (a([0, 1]), None)), Val(2, (a([2, 3]), None)), Val(1, (a([4, 5]), None))])
+
+
+@pytest.mark.parametrize("module,kind", [(mb8_mlp_train_acc_doubled, "scaling-mismatch"),
+                                         (mb8_mlp_train_first_slice, "missing-gradient-reduction")])
+def test_uniform_bugs_do_not_fit_the_induction(module, kind):
+    """Bugs every generic microbatch runs alike (the loop is derived: one program): the
+    accumulator doubled before each add, every microbatch on the first slice. The states are
+    not one affine step apart, so every microbatch is interpreted and the bug is found."""
+    _, report, traced = _run(module)
+    assert report.status == "violation", report
+    assert traced == [3] and _loop(report)["derived"] == [3, 4, 5, 6, 7], "one program: the loop was derived"
+    induced = report.stats["microbatch_induction"]
+    assert induced["by_induction"] == [] and "not one affine step apart" in induced["fallback"], induced
+    assert report.findings[0].kind == kind, report.findings[0]
+
+
+def test_a_wrong_loss_scale_in_every_microbatch_fails_at_the_end_of_the_induction():
+    """Every microbatch's loss divided by M on top of the token-count normalisation: one program
+    (the step fits the induction), but the gradient accumulated over the loop is 1/M of the
+    single-device one -- the end of the induction is not proved, and the bug is found."""
+    _, report, traced = _run(mb8_mlp_train_divided_by_count)
+    assert report.status == "violation", report
+    assert report.stats["microbatch_induction"] == {
+        "microbatches": 8, "checked": [1, 2, 3], "by_induction": [],
+        "fallback": "the outputs are not proved from the concluded state"}, "the step fitted; the end did not"
+    assert report.findings[0].kind == "scaling-mismatch", report.findings[0]
+
+
 def test_bug_in_the_last_microbatch_only_is_found_there():
     _, report, traced = _run(mb8_mlp_train_last_doubled)
     assert report.status == "violation", report
+    assert report.stats["microbatch_induction"]["by_induction"] == [], "found by interpreting every microbatch"
     assert traced == [4] and _loop(report)["traced"] == [0, 1, 2, 7], "the odd last microbatch traced as itself"
     assert _loop(report)["derived"] == [3, 4, 5, 6]
     finding = report.findings[0]
@@ -118,10 +196,51 @@ def test_missing_accumulation_in_the_last_microbatch_is_found():
 
 def test_a_constant_of_the_microbatch_count_is_not_derived():
     """Scaled by 8 / train.microbatches: the reduced run is another program, so the loop is
-    traced whole (8 microbatches), and the step still verifies."""
+    traced whole (8 microbatches), and the step still verifies -- by induction over the loop
+    traced whole (microbatches 1-7 record one program; the scale is in every microbatch's
+    terms and the end of the loop is checked against the single-device gradient)."""
     _, report, traced = _run(mb8_mlp_train_count_scaled)
     assert traced == [8] and _loop(report) is None
     assert report.status == "unknown" and report.reason.startswith("proved, but not confirmed"), report
+    assert report.stats["microbatch_induction"] == {"microbatches": 8, "checked": [1, 2, 3], "by_induction": [4, 5, 6, 7]}
+
+
+def test_rows_treated_alike_by_value_is_a_precondition():
+    """Row ids built before the loop, sliced there one per microbatch, each microbatch's
+    tokens weighted by a function of its ids (a table the single-device loss builds too,
+    related by value: engine/tables.py). Clamped at row 5 (microbatches 6-7 weigh as row 5:
+    a bug), the three checked microbatches still look like every other -- without the
+    precondition the induction concluded the clamped rows as unclamped and proved the step.
+    Now the slices' values must be equal in every generic microbatch, or every microbatch is
+    interpreted: the bug is found. Every row's id 3 on both sides (slices equal by value): the
+    precondition holds and the step is proved by induction."""
+    _, report, _ = _run(mb8_mlp_train_row_ids_clamped)
+    assert report.status == "violation", report
+    induced = report.stats["microbatch_induction"]
+    assert induced["by_induction"] == [] and "differs by value" in induced["fallback"], induced
+    _, report, _ = _run(mb8_mlp_train_same_row_ids)
+    assert report.status == "unknown" and report.reason.startswith("proved, but not confirmed"), report
+    assert report.stats["microbatch_induction"]["by_induction"] == [4, 5, 6, 7], report.stats
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,bug", [
+    ("mb8_mlp_train_single_row_mask", True), ("mb8_mlp_train_single_cat_scaled", True),
+    ("mb8_mlp_train_parallel_row_mask", True), ("mb8_mlp_train_both_row_mask", False),
+    ("mb8_mlp_train_row_ids", False), ("mb8_mlp_train_parallel_cat_scaled", True)])
+def test_batch_non_uniform_programs(name, bug):
+    """Rows from 6 on (microbatches 6-7, after the three checked) treated otherwise: by the
+    single-device loss (a row mask from arange; a cat with the last rows scaled), by the
+    parallel loop (a row mask built before it, split with the batch; its rows scaled before
+    it: the slices are not one term), or by both alike; rows
+    weighted by their ids on both sides. Never proved by induction; the buggy ones are
+    violations, the correct ones are not (row ids: proved by interpreting every microbatch)."""
+    import importlib
+    _, report, _ = _run(importlib.import_module(name))
+    assert report.stats["microbatch_induction"]["by_induction"] == [], report.stats["microbatch_induction"]
+    assert (report.status == "violation") == bug, report
+    if name == "mb8_mlp_train_row_ids":
+        assert report.reason.startswith("proved, but not confirmed"), report
 
 
 # ---------------------------------------------------------------- labels (real gloo runs)
@@ -129,7 +248,13 @@ def test_a_constant_of_the_microbatch_count_is_not_derived():
 @pytest.mark.slow
 @pytest.mark.parametrize("name,want", [
     ("mb8_mlp_train", True), ("mb8_mlp_train_count_scaled", True), ("mb8_mlp_train_last_doubled", False),
-    ("mb8_mlp_train_middle_doubled", False), ("mb8_mlp_train_last_not_accumulated", False)])
+    ("mb8_mlp_train_middle_doubled", False), ("mb8_mlp_train_last_not_accumulated", False),
+    ("mb8_mlp_train_acc_doubled", False), ("mb8_mlp_train_first_slice", False),
+    ("mb8_mlp_train_divided_by_count", False), ("mb8_mlp_train_row_ids", True),
+    ("mb8_mlp_train_row_ids_clamped", False), ("mb8_mlp_train_single_row_mask", False),
+    ("mb8_mlp_train_single_cat_scaled", False), ("mb8_mlp_train_parallel_row_mask", False),
+    ("mb8_mlp_train_both_row_mask", True), ("mb8_mlp_train_same_row_ids", True),
+    ("mb8_mlp_train_parallel_cat_scaled", False)])
 def test_labels_on_gloo(name, want):
     """Correct programs' gradients equal the single-device ones on every rank; the buggy
     ones' differ on every rank (after the dp all_reduce)."""

@@ -90,7 +90,9 @@ def _const(terms: TermStore, node: Node) -> Val:
 
 
 def interpret(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, Val],
-              dist_inputs: list[dict[str, Val]], terms: TermStore) -> SymbolicRun:
+              dist_inputs: list[dict[str, Val]], terms: TermStore, wrap=None) -> SymbolicRun:
+    """`wrap`: a function of the distributed evaluator and the tables returning another evaluator
+    (engine/induction.py)."""
     unsupported: list[Unsupported] = []
     def eval_collective(nodes, args):
         opdef = lookup(nodes[0].op)
@@ -116,7 +118,8 @@ def interpret(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, Val],
     ctx_type = tracked_ctx(reads) if CLASS_PROOF and dist.classes else RuleCtx
     evals = [_evaluator(terms, dist_inputs[r], unsupported, world, "dist", tables, ctx_type) for r in range(world)]
     by_class = ClassProof(dist, evals, reads, unsupported, tables) if ctx_type is not RuleCtx else None
-    dist_run = run_lockstep(dist.graphs, by_class or (lambda r, n, env: evals[r](r, n, env)), eval_collective)
+    evaluate = by_class or (lambda r, n, env: evals[r](r, n, env))
+    dist_run = run_lockstep(dist.graphs, wrap(evaluate, tables) if wrap else evaluate, eval_collective)
     return SymbolicRun(terms, seq_run.envs[0], dist_run.envs, unsupported, dist_run.mismatch,
                        by_class.stats() if by_class else None)
 

@@ -326,10 +326,7 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
             progress(ENGINE_STAGES[i], i, len(ENGINE_STAGES))
     stage(0)
     world = dist.world_size
-    terms = TermStore()
-    seq_in, dist_in = _input_vals(terms, seq, dist, bindings)
-    run = interpret(seq, dist, seq_in, dist_in, terms)
-    relater = Relater(terms, seq, run.seq)
+    terms, run, relater, induced = _interpret(seq, dist, bindings, expect or {}, examples, views)
     report = Report("unknown", world, assumptions=list(ASSUMPTIONS) + op_assumptions([seq] + dist.graphs), name=name,
                     relations={k: {"relation": str(b.relation), "of": b.seq_name, "how": b.how}
                                for k, b in bindings.items()})
@@ -337,6 +334,8 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
                     "terms": len(terms.terms)}
     if run.classes:
         report.stats["class_proof"] = run.classes
+    if induced is not None:
+        report.stats["microbatch_induction"] = induced
     expect = expect or {}
     stage(1)
     checks, broken = _check_outputs(run, relater, seq, dist, expect)
@@ -401,6 +400,31 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
     stage(3)
     report.findings = _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs, gradients)
     return finish("violation")
+
+
+def _interpret(seq: Graph, dist: DistributedProgram, bindings: dict, expect: dict, examples, views: bool):
+    """(terms, symbolic run, relater, the induction's record or None): a microbatch loop's
+    generic microbatches concluded by induction (engine/induction.py) where that proves
+    every output; otherwise (and with `views`) every node interpreted, so that findings and
+    views never rest on a concluded state."""
+    from .induction import interpret_by_induction
+    record = None
+    if not views:
+        terms = TermStore()
+        seq_in, dist_in = _input_vals(terms, seq, dist, bindings)
+        got = interpret_by_induction(seq, dist, seq_in, dist_in, terms, interpret)
+        if got is not None:
+            run, record = got
+            relater = Relater(terms, seq, run.seq)
+            if "fallback" not in record and not run.unsupported and run.mismatch is None \
+                    and not _check_outputs(run, relater, seq, dist, expect)[1] and not input_breaches(seq, examples):
+                return terms, run, relater, record
+            record = {**record, "by_induction": [],
+                      "fallback": record.get("fallback") or "the outputs are not proved from the concluded state"}
+    terms = TermStore()
+    seq_in, dist_in = _input_vals(terms, seq, dist, bindings)
+    run = interpret(seq, dist, seq_in, dist_in, terms)
+    return terms, run, Relater(terms, seq, run.seq), record
 
 
 def differing_outputs(seq: Graph, dist: DistributedProgram, bindings: dict[str, InputRelation],

@@ -23,8 +23,9 @@ tensors with the full inputs, its collectives must be the full record's, and it 
 on the full inputs against the eager outputs (a derivation slip, e.g. a shape baked into the
 trace, is refused). Whatever fails falls back to tracing the whole loop (``None``).
 
-The proof then interprets the derived graph (every microbatch): only the tracing is reduced;
-the capture is cheaper, not flat in M (bench/README.md section 9).
+The proof concludes the generic microbatches after three of them by induction where that
+proves the step (engine/induction.py), else it interprets every microbatch; the capture is
+cheaper, not flat in M (bench/README.md sections 9 and 10).
 """
 from __future__ import annotations
 

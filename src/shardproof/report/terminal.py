@@ -119,6 +119,10 @@ def rank_classes_text(report: Report) -> str:
             loop = c["microbatch_loop"]
             part += f" (microbatches {_spans(loop['derived'])} derived from {loop['generic']})"
         parts.append(part)
+    induced = (report.stats or {}).get("microbatch_induction") or {}
+    if induced.get("by_induction"):  # engine/induction.py
+        parts[-1] += f"; proof: microbatches {_spans(induced['by_induction'])} by induction " \
+                     f"from {_spans(induced['checked'])}"
     return "rank classes: " + "; ".join(parts)
 
 
