@@ -93,6 +93,8 @@ class ClassProof:
         self.rank_specific: set = set()  # (class, node name): its rule read the rank
         self.interpreted = [0] * len(dist.graphs)
         self.reused = [0] * len(dist.graphs)
+        from .parametric import PARAMETRIC, Parametric
+        self.param = Parametric(dist, tables.terms) if PARAMETRIC and tables is not None else None
 
     def _intern(self, value):
         from ..algebra.layout import Val
@@ -122,6 +124,12 @@ class ClassProof:
 
     def __call__(self, rank: int, node: Node, env: dict):
         cls = self.cls.get(rank)
+        if self.param is not None and cls is not None:
+            self.param.see(rank, env)
+            if node.op != "input":
+                out = self._derived(rank, cls, node, env)
+                if out is not None:
+                    return out
         if cls is None or node.op == "input":
             self.interpreted[rank] += 1
             out = self.evals[rank](rank, node, env)
@@ -152,7 +160,32 @@ class ClassProof:
             self.memo[key] = (node, out, table)
         return out
 
+    def _derived(self, rank: int, cls: int, node: Node, env: dict):
+        """A parametric member's value as the representative's re-indexed (engine/parametric.py)."""
+        rep = self.param.rep.get(rank)
+        if rep is None or rep == rank or (cls, node.name) in self.rank_specific:
+            return None
+        rep_node = self.param.names[rep].get(node.name)
+        same = self.same.get((rank, node.name, "rep"))
+        if same is None:
+            same = self.same[(rank, node.name, "rep")] = rep_node is not None and (
+                node is rep_node or _same_node(node, rep_node))
+        out = self.param.derive(rank, node, env, same)
+        if out is not None:
+            from .budget import check as check_budget
+            check_budget(node, rank)
+            table = None if self.tables is None else self.tables.values.get((rep, node.name))
+            if table is not None:  # input-independent: the same program computes the same value
+                self.tables.values[(rank, node.name)] = table
+            self.reused[rank] += 1
+        return out
+
     def stats(self) -> dict:
         """Per rank: local ops interpreted and reused; totals."""
-        return {"interpreted": sum(self.interpreted), "reused": sum(self.reused),
-                "interpreted_by_rank": list(self.interpreted), "reused_by_rank": list(self.reused)}
+        out = {"interpreted": sum(self.interpreted), "reused": sum(self.reused),
+               "interpreted_by_rank": list(self.interpreted), "reused_by_rank": list(self.reused)}
+        if self.param is not None:
+            out["parametric"] = {"ranks": [{"rank": r, "representative": self.param.rep[r], "block": b}
+                                           for r, b in self.param.ranks().items()],
+                                 "derived_by_rank": list(self.param.derived)}
+        return out

@@ -1,0 +1,330 @@
+"""A dp rank class proved once, with the member's batch block as a parameter (issue 16).
+
+The members of a class (frontends/rank_classes.py) run one graph (up to their collectives'
+groups). A member m is *parametric* when its inputs are the representative's with the batch
+rows permuted: there is one permutation ``pi`` of the rows of the single-device batch
+tensors (the input leaves whose layouts differ between m and the representative, all along
+one dim of one extent B) such that every input of m holds ``Val(t, pi . L)`` where the
+representative holds ``Val(t, L)`` (``pi . L``: the layout with its batch-dim positions
+mapped through ``pi``; every other input identical). With ``P`` the permutation of those
+leaves' rows, m's inputs are then exactly the representative's inputs evaluated at ``PX``.
+
+Why a member's value is the representative's, re-indexed (soundness). The representative's
+proof says of each of its nodes ``value = T(X)[L]`` *for all* single-device inputs X. A
+member's node runs the same op with the same arguments on its operands; if those operands
+are the representative's operands evaluated at PX (true of the inputs, by the check above,
+and inductively of every derived value), the member's value is the representative's value
+at PX: ``T(PX)[L]``. :func:`action` classifies the term T structurally, from the meaning of
+its term ops alone (never from a rule): *invariant* (``T(PX) = T(X)``: parameters, sums
+over all batch rows, everything after the dp all_reduce) or *row-equivariant* along dim d
+in blocks of s (``T(PX) = P_d T(X)``: position i of dim d belongs to batch row i // s, as in
+activations and per-row gradients). Then ``T(PX)[L] = T(X)[pi . L]``: the member's relation
+is the representative's with the batch positions mapped, built without running a rule.
+Anything else -- a term op not in the table, a partial sum over the member's own rows (a
+``dot`` or ``sum`` over a selection), a rule that read the rank or failed, an operand that is
+not such a re-indexing (a collective's result that is not, a value the member interpreted
+itself with another term) -- is interpreted per member as before (engine/classes.py), so
+nothing is taken on trust. Collectives are evaluated from every member's actual values:
+the dp all_reduce of the members' partial gradients sums all members' blocks.
+
+A member whose inputs are not a re-indexing (another rank's chunk: no single permutation
+maps the blocks; a rank-specific constant: another class) is proved per member, as before.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..algebra.layout_base import Val, canon_vec, same_vec
+from ..ir.graph import DistributedProgram
+
+PARAMETRIC = True  # prove dp class members by re-indexing the representative's relations
+
+INV = ("inv",)
+_RANDOM = {"bernoulli", "dropout", "dropout_mask", "ones_mask"}  # a draw per call: not a function of X alone
+_LEAVES = {"input", "fill", "const", "shared_const"}
+
+
+def _has_bytes(x) -> bool:
+    if isinstance(x, (bytes, np.ndarray)):
+        return True
+    return isinstance(x, tuple) and any(_has_bytes(a) for a in x)
+
+
+class Actions:
+    """How a row permutation P of the batch leaves acts on terms, memoized per term:
+    INV, ``("row", d, s)`` or None (unknown: never re-indexed)."""
+
+    def __init__(self, terms, leaves: dict[int, int], batch: int):
+        self.terms, self.leaves, self.batch = terms, leaves, batch
+        self.memo: dict[int, tuple | None] = {}
+
+    def __call__(self, t: int):
+        hit = self.memo.get(t, False)
+        if hit is not False:
+            return hit
+        stack, order = [t], []
+        while stack:  # children first, without recursion (terms can be deep)
+            x = stack.pop()
+            if x in self.memo:
+                continue
+            order.append(x)
+            stack.extend(c for c in self.terms[x].children if c not in self.memo)
+        for x in reversed(order):
+            if x not in self.memo:
+                self.memo[x] = self._one(x)
+        return self.memo[t]
+
+    def _row(self, d: int, s: int, shape) -> tuple | None:
+        return ("row", d, s) if s > 0 and shape[d] == self.batch * s else None
+
+    def _one(self, t: int):
+        term = self.terms[t]
+        op, kids, shape = term.op, term.children, term.shape
+        if not kids:
+            if t in self.leaves:
+                return self._row(self.leaves[t], 1, shape)
+            return INV if op in _LEAVES else None
+        acts = [self.memo[c] for c in kids]
+        if any(a is None for a in acts) or op in _RANDOM:
+            return None
+        if all(a is INV for a in acts):
+            return INV
+        if op in self.terms.elementwise_ops or op == "lin":
+            return None if _has_bytes(term.attrs) else self._elementwise(kids, acts, shape)
+        if op == "permute":
+            (_, d, s), perm = acts[0], list(term.attrs[0])
+            return self._row(perm.index(d), s, shape)
+        if op == "reshape":
+            return self._reshape(self.terms.shape(kids[0]), acts[0], shape)
+        if op == "gather":
+            _, d, s = acts[0]
+            return self._row(d, s, shape) if term.attrs[d] is None else None
+        if op in self.terms.reduction_ops and op == "sum":
+            return self._sum(term.attrs, acts[0], shape)
+        if op == "dot":
+            return self._dot(term.attrs, kids, acts, shape)
+        if op == "cat":
+            rows = {a for a in acts}
+            if len(term.attrs) != 1 or len(rows) != 1 or INV in rows or next(iter(rows))[1] == term.attrs[0]:
+                return None
+            return next(iter(rows))
+        if op in ("sdpa", "sdpa_backward"):  # batched over dim 0 of every operand and result
+            if _has_bytes(term.attrs):
+                return None
+            rows = {a for a in acts if a is not INV}
+            if len(rows) != 1 or next(iter(rows))[1] != 0:
+                return None
+            if any(a is INV and self.terms.shape(c)[:1] not in ((), (1,)) for a, c in zip(acts, kids)):
+                return None
+            return self._row(0, next(iter(rows))[2], shape)
+        return None
+
+    def _elementwise(self, kids, acts, shape):
+        n, out = len(shape), set()
+        for c, a in zip(kids, acts):
+            cs = self.terms.shape(c)
+            if a is not INV:
+                od = a[1] + n - len(cs)
+                if od < 0 or cs[a[1]] != shape[od]:
+                    return None
+                out.add((od, a[2]))
+        if len(out) != 1:
+            return None
+        od, s = next(iter(out))
+        for c, a in zip(kids, acts):  # an invariant operand must not vary along the batch dim
+            cs = self.terms.shape(c)
+            k = od - (n - len(cs))
+            if a is INV and k >= 0 and cs[k] != 1:
+                return None
+        return self._row(od, s, shape)
+
+    def _reshape(self, src, act, shape):
+        _, d, s = act
+        inner = int(np.prod(src[d + 1:], dtype=np.int64))
+        block, outer = s * inner, int(np.prod(src[:d], dtype=np.int64))
+        for k in range(len(shape)):
+            inner_k = int(np.prod(shape[k + 1:], dtype=np.int64))
+            if inner_k and block % inner_k == 0 and int(np.prod(shape[:k], dtype=np.int64)) == outer:
+                s_k = block // inner_k
+                if shape[k] == self.batch * s_k:
+                    return ("row", k, s_k)
+        return None
+
+    def _sum(self, attrs, act, shape):
+        dims, keepdim = attrs[0], attrs[1]
+        if len(attrs) != 3:
+            return None
+        _, d, s = act
+        if d in dims:  # a sum over every batch row, in any order (a selection of them: the member's own)
+            return INV if attrs[2] is None else None
+        return self._row(d if keepdim else d - sum(1 for x in dims if x < d), s, shape)
+
+    def _dot(self, attrs, kids, acts, shape):
+        spec, over = attrs  # over: the index pairs each contracted dim sums (None: every (i, i))
+        if len(spec) != 4:
+            return None
+        lb, rb, lc, rc = spec
+        a, b = acts
+        ra, rb_ = self.terms.shape(kids[0]), self.terms.shape(kids[1])
+        lfree = [x for x in range(len(ra)) if x not in lb and x not in lc]
+        rfree = [x for x in range(len(rb_)) if x not in rb and x not in rc]
+        if a is not INV and b is not INV:
+            if a[2] != b[2]:
+                return None
+            for k, (i, j) in enumerate(zip(lc, rc)):  # contracted on both sides: every pair (i, i)
+                if (i, j) == (a[1], b[1]):
+                    return INV if over is None or over[k] is None else None
+            for k, (i, j) in enumerate(zip(lb, rb)):
+                if (i, j) == (a[1], b[1]):
+                    return self._row(k, a[2], shape)
+            return None
+        if a is not INV and a[1] in lfree:
+            return self._row(len(lb) + lfree.index(a[1]), a[2], shape)
+        if b is not INV and b[1] in rfree:
+            return self._row(len(lb) + len(lfree) + rfree.index(b[1]), b[2], shape)
+        return None
+
+
+def _vec(v, size):
+    return np.arange(size, dtype=np.int64) if v is None else v
+
+
+class Parametric:
+    """Per class: the representative's environment, and per member its permutation and
+    which of its values are re-indexings of the representative's (module doc)."""
+
+    def __init__(self, dist: DistributedProgram, terms):
+        self.terms = terms
+        self.rep = {r: c["ranks"][0] for c in (dist.classes or []) if len(c.get("ranks") or []) > 1
+                    and c.get("derived") for r in c["ranks"]}
+        self.names = {r: {n.name: n for n in dist.graphs[r].nodes} for r in set(self.rep.values())}
+        self.envs: dict[int, dict] = {}  # representative -> its environment (live)
+        self.member: dict[int, tuple | None] = {}  # member -> (actions, pi) or None (not parametric)
+        self.related: dict[tuple, bool] = {}  # (member, node name) -> its value is the re-indexing
+        self.derived = [0] * len(dist.graphs)
+        self.block: dict[int, int | None] = {}  # member -> its block index (progression of the class), if any
+
+    def see(self, rank: int, env: dict) -> None:
+        if self.rep.get(rank) == rank:
+            self.envs[rank] = env
+
+    def _rep_value(self, rank: int, name: str):
+        rep = self.rep[rank]
+        node = self.names[rep].get(name)
+        env = self.envs.get(rep)
+        if node is None or env is None or node not in env:
+            return None, False
+        return env[node], True
+
+    def _setup(self, rank: int, env: dict):
+        """The member's permutation of the batch rows, or None (not a re-indexing)."""
+        pairs, leaves = [], {}
+        inputs = [n for n in env if n.op == "input"]
+        for node in inputs:
+            mv = env[node]
+            rv, ok = self._rep_value(rank, node.name)
+            if not ok:
+                return None
+            if not (isinstance(mv, Val) and isinstance(rv, Val)):
+                continue  # checked below, like every input
+            if mv.t != rv.t or len(mv.vecs) != len(rv.vecs):
+                return None
+            ts = self.terms.shape(mv.t)
+            diff = [d for d in range(len(ts)) if not same_vec(mv.vecs[d], rv.vecs[d])]
+            if len(diff) > 1 or (diff and self.terms[mv.t].op != "input"):
+                return None
+            for d in diff:
+                if leaves.setdefault(mv.t, d) != d:
+                    return None
+                a, b = _vec(rv.vecs[d], ts[d]), _vec(mv.vecs[d], ts[d])
+                if len(a) != len(b):
+                    return None
+                pairs.append((a, b, ts[d]))
+        if not leaves:
+            return None  # nothing batch-dependent differs: the class memo shares it all
+        sizes = {p[2] for p in pairs}
+        if len(sizes) != 1:
+            return None
+        batch = sizes.pop()
+        pi = np.full(batch, -1, dtype=np.int64)
+        for a, b, _ in pairs:
+            if (pi[a] >= 0).any() and not np.array_equal(pi[a][pi[a] >= 0], b[pi[a] >= 0]):
+                return None
+            pi[a] = b
+        used = np.zeros(batch, dtype=bool)
+        used[pi[pi >= 0]] = True
+        if used.sum() != (pi >= 0).sum():
+            return None  # two rows onto one: not a permutation (a duplicated block)
+        pi[pi < 0] = np.flatnonzero(~used)  # any bijection on the rows no input holds
+        acts = Actions(self.terms, leaves, batch)
+        self.member[rank] = (acts, pi)  # provisional, for the input check
+        if not all(self._is_image(rank, node, env) for node in inputs):
+            return None
+        first = pairs[0][0]
+        moved = pi[first] - first
+        step = len(first)
+        self.block[rank] = int(moved[0] // step) if len(set(moved.tolist())) == 1 and moved[0] % step == 0 else None
+        return acts, pi
+
+    def image(self, rank: int, value):
+        """The representative's value re-indexed for `rank`; None where not known."""
+        acts, pi = self.member[rank]
+        if isinstance(value, (tuple, list)):
+            out = [self.image(rank, v) for v in value]
+            return None if any(o is None and v is not None for o, v in zip(out, value)) else type(value)(out)
+        if not isinstance(value, Val):
+            return value if value is None or isinstance(value, (bool, int, float, str)) else None
+        act = acts(value.t)
+        if act is None:
+            return None
+        if act is INV:
+            return value
+        _, d, s = act
+        size = self.terms.shape(value.t)[d]
+        v = _vec(value.vecs[d], size)
+        vecs = list(value.vecs)
+        vecs[d] = canon_vec(pi[v // s] * s + v % s, size)
+        return Val(value.t, tuple(vecs))
+
+    def _same(self, a, b) -> bool:
+        if isinstance(a, Val) and isinstance(b, Val):
+            return a.t == b.t and all(same_vec(x, y) if x is not None and y is not None else
+                                      same_vec(_vec(x, n), _vec(y, n))
+                                      for x, y, n in zip(a.vecs, b.vecs, self.terms.shape(a.t)))
+        if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+            return len(a) == len(b) and all(self._same(x, y) for x, y in zip(a, b))
+        return a is None and b is None or (type(a) is type(b) and isinstance(a, (bool, int, float, str)) and a == b)
+
+    def _is_image(self, rank: int, node, env: dict) -> bool:
+        key = (rank, node.name)
+        hit = self.related.get(key)
+        if hit is None:
+            rv, ok = self._rep_value(rank, node.name)
+            img = self.image(rank, rv) if ok else None
+            hit = self.related[key] = img is not None and self._same(env[node], img)
+        return hit
+
+    def derive(self, rank: int, node, env: dict, shared: bool):
+        """The member's value of a local `node` as the representative's re-indexed, or None
+        (interpret it). `shared`: the node is the class's and its rule did not read the rank."""
+        if rank not in self.rep or self.rep[rank] == rank or not shared:
+            return None
+        if rank not in self.member:
+            self.member[rank] = None
+            self.member[rank] = self._setup(rank, env)
+        if self.member[rank] is None:
+            return None
+        if not all(self._is_image(rank, x, env) for x in node.inputs):
+            return None
+        rv, ok = self._rep_value(rank, node.name)
+        out = self.image(rank, rv) if ok else None
+        if out is None:
+            return None
+        self.related[(rank, node.name)] = True
+        self.derived[rank] += 1
+        return out
+
+    def ranks(self) -> dict:
+        """Members proved by re-indexing: rank -> its block index (None: a permutation that is
+        not a block shift)."""
+        return {r: self.block.get(r) for r, m in sorted(self.member.items()) if m is not None}
