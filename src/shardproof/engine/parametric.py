@@ -103,8 +103,8 @@ class Actions:
             return self._sum(term.attrs, acts[0], shape)
         if op == "dot":
             return self._dot(term.attrs, kids, acts, shape)
-        if op == "cat":
-            rows = {a for a in acts}
+        if op == "cat":  # pieces along another dim; a uniform piece (a fill) is the same in every row
+            rows = {a for a, c in zip(acts, kids) if not (a is INV and self._uniform(c))}
             if len(term.attrs) != 1 or len(rows) != 1 or INV in rows or next(iter(rows))[1] == term.attrs[0]:
                 return None
             return next(iter(rows))
@@ -118,6 +118,10 @@ class Actions:
                 return None
             return self._row(0, next(iter(rows))[2], shape)
         return None
+
+    def _uniform(self, t: int) -> bool:
+        """Every element the same number (a fill): equal to itself permuted along any dim."""
+        return self.terms[t].op == "fill" and not self.terms[t].children
 
     def _elementwise(self, kids, acts, shape):
         n, out = len(shape), set()
@@ -134,7 +138,7 @@ class Actions:
         for c, a in zip(kids, acts):  # an invariant operand must not vary along the batch dim
             cs = self.terms.shape(c)
             k = od - (n - len(cs))
-            if a is INV and k >= 0 and cs[k] != 1:
+            if a is INV and k >= 0 and cs[k] != 1 and not self._uniform(c):
                 return None
         return self._row(od, s, shape)
 
