@@ -54,8 +54,8 @@ class Actions:
     """How a row permutation P of the batch leaves acts on terms, memoized per term:
     INV, ``("row", d, s)`` or None (unknown: never re-indexed)."""
 
-    def __init__(self, terms, leaves: dict[int, int], batch: int):
-        self.terms, self.leaves, self.batch = terms, leaves, batch
+    def __init__(self, terms, leaves: dict[int, int], batch: int, pi: np.ndarray):
+        self.terms, self.leaves, self.batch, self.pi = terms, leaves, batch, pi
         self.memo: dict[int, tuple | None] = {}
 
     def __call__(self, t: int):
@@ -89,6 +89,11 @@ class Actions:
             return None
         if all(a is INV for a in acts):
             return INV
+        if any(a[0] == "new" for a in acts):  # T(PX) = op(c'(X), ...): the same op of the rewritten operands
+            if any(a[0] == "row" for a in acts):
+                return None
+            new = self._rebuilt(term, [c if a is INV else a[1] for c, a in zip(kids, acts)])
+            return None if new is None else ("new", new)
         if op in self.terms.elementwise_ops or op == "lin":
             return None if _has_bytes(term.attrs) else self._elementwise(kids, acts, shape)
         if op == "permute":
@@ -100,7 +105,7 @@ class Actions:
             _, d, s = acts[0]
             return self._row(d, s, shape) if term.attrs[d] is None else None
         if op in self.terms.reduction_ops and op == "sum":
-            return self._sum(term.attrs, acts[0], shape)
+            return self._sum(term.attrs, acts[0], kids[0], shape)
         if op == "dot":
             return self._dot(term.attrs, kids, acts, shape)
         if op == "cat":  # pieces along another dim; a uniform piece (a fill) is the same in every row
@@ -118,6 +123,19 @@ class Actions:
                 return None
             return self._row(0, next(iter(rows))[2], shape)
         return None
+
+    def _rows(self, positions: np.ndarray, s: int) -> np.ndarray:
+        """Positions of a dim whose position i is batch row i // s, with the rows permuted."""
+        return self.pi[positions // s] * s + positions % s
+
+    def _rebuilt(self, term, kids: list) -> int:
+        if term.op == "lin":  # its normal form (children sorted, coefficients with them)
+            from ..algebra.lemmas import linear
+            parts: dict = {}
+            for k, c in zip(kids, term.attrs):
+                parts[k] = parts.get(k, 0) + c
+            return linear(self.terms, parts, term.shape)  # None: it cancels (not re-indexed)
+        return self.terms.make(term.op, term.attrs, tuple(kids), term.shape)
 
     def _uniform(self, t: int) -> bool:
         """Every element the same number (a fill): equal to itself permuted along any dim."""
@@ -154,13 +172,18 @@ class Actions:
                     return ("row", k, s_k)
         return None
 
-    def _sum(self, attrs, act, shape):
+    def _sum(self, attrs, act, kid, shape):
         dims, keepdim = attrs[0], attrs[1]
         if len(attrs) != 3:
             return None
         _, d, s = act
-        if d in dims:  # a sum over every batch row, in any order (a selection of them: the member's own)
-            return INV if attrs[2] is None else None
+        if d in dims:  # a sum over every batch row, in any order; over a selection: the rows mapped
+            k = list(dims).index(d)
+            if attrs[2] is None or attrs[2][k] is None:
+                return INV
+            rows = self._rows(np.frombuffer(attrs[2][k], dtype=np.int64), s)
+            over = attrs[2][:k] + (np.sort(rows).tobytes(),) + attrs[2][k + 1:]
+            return ("new", self.terms.make("sum", (dims, keepdim, over), (kid,), shape))
         return self._row(d if keepdim else d - sum(1 for x in dims if x < d), s, shape)
 
     def _dot(self, attrs, kids, acts, shape):
@@ -175,9 +198,14 @@ class Actions:
         if a is not INV and b is not INV:
             if a[2] != b[2]:
                 return None
-            for k, (i, j) in enumerate(zip(lc, rc)):  # contracted on both sides: every pair (i, i)
+            for k, (i, j) in enumerate(zip(lc, rc)):  # contracted on both sides: every pair (i, i) ...
                 if (i, j) == (a[1], b[1]):
-                    return INV if over is None or over[k] is None else None
+                    if over is None or over[k] is None:
+                        return INV
+                    pairs = self._rows(np.frombuffer(over[k], dtype=np.int64).reshape(-1, 2), a[2])
+                    pairs = np.ascontiguousarray(pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))])
+                    over = over[:k] + (pairs.tobytes(),) + over[k + 1:]  # ... or the pairs, rows mapped
+                    return ("new", self.terms.make("dot", (spec, over), tuple(kids), shape))
             for k, (i, j) in enumerate(zip(lb, rb)):
                 if (i, j) == (a[1], b[1]):
                     return self._row(k, a[2], shape)
@@ -260,7 +288,7 @@ class Parametric:
         if used.sum() != (pi >= 0).sum():
             return None  # two rows onto one: not a permutation (a duplicated block)
         pi[pi < 0] = np.flatnonzero(~used)  # any bijection on the rows no input holds
-        acts = Actions(self.terms, leaves, batch)
+        acts = Actions(self.terms, leaves, batch, pi)
         self.member[rank] = (acts, pi)  # provisional, for the input check
         if not all(self._is_image(rank, node, env) for node in inputs):
             return None
@@ -283,11 +311,13 @@ class Parametric:
             return None
         if act is INV:
             return value
+        if act[0] == "new":  # no dim of the term is a batch dim any more: the layout stays
+            return Val(act[1], value.vecs)
         _, d, s = act
         size = self.terms.shape(value.t)[d]
         v = _vec(value.vecs[d], size)
         vecs = list(value.vecs)
-        vecs[d] = canon_vec(pi[v // s] * s + v % s, size)
+        vecs[d] = canon_vec(acts._rows(v, s), size)
         return Val(value.t, tuple(vecs))
 
     def _same(self, a, b) -> bool:
