@@ -161,20 +161,21 @@ class ClassProof:
         return out
 
     def _derived(self, rank: int, cls: int, node: Node, env: dict):
-        """A parametric member's value as the representative's re-indexed (engine/parametric.py)."""
-        rep = self.param.rep.get(rank)
-        if rep is None or rep == rank or (cls, node.name) in self.rank_specific:
+        """A parametric member's value as another member's re-indexed (engine/parametric.py)."""
+        if (cls, node.name) in self.rank_specific:
             return None
-        rep_node = self.param.names[rep].get(node.name)
-        same = self.same.get((rank, node.name, "rep"))
+        a = self.param.source(rank, node.name)
+        if a is None:
+            return None
+        same = self.same.get((rank, node.name, a))
         if same is None:
-            same = self.same[(rank, node.name, "rep")] = rep_node is not None and (
-                node is rep_node or _same_node(node, rep_node))
-        out = self.param.derive(rank, node, env, same)
+            other = self.param.names[a].get(node.name)
+            same = self.same[(rank, node.name, a)] = other is not None and (node is other or _same_node(node, other))
+        out = self.param.derive(rank, node, env, a) if same else None
         if out is not None:
             from .budget import check as check_budget
             check_budget(node, rank)
-            table = None if self.tables is None else self.tables.values.get((rep, node.name))
+            table = None if self.tables is None else self.tables.values.get((a, node.name))
             if table is not None:  # input-independent: the same program computes the same value
                 self.tables.values[(rank, node.name)] = table
             self.reused[rank] += 1

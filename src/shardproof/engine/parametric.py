@@ -55,6 +55,7 @@ class Actions:
     INV, ``("row", d, s)`` or None (unknown: never re-indexed)."""
 
     def __init__(self, terms, leaves: dict[int, int], batch: int, pi: np.ndarray):
+        # pi: row i of the source member's batch is row pi[i] of the target's
         self.terms, self.leaves, self.batch, self.pi = terms, leaves, batch, pi
         self.memo: dict[int, tuple | None] = {}
 
@@ -222,39 +223,47 @@ def _vec(v, size):
 
 
 class Parametric:
-    """Per class: the representative's environment, and per member its permutation and
-    which of its values are re-indexings of the representative's (module doc)."""
+    """Per class member: its permutation of the batch rows (relative to the representative),
+    and which of its values are re-indexings of another member's (module doc). A member
+    derives a node from the lowest member of its class that has already reached it (ranks of
+    other tp groups can run ahead of the representative between collectives): with
+    ``pi_a``, ``pi_r`` the members' permutations, r's inputs are a's at ``pi_r . pi_a^-1``."""
 
     def __init__(self, dist: DistributedProgram, terms):
-        self.terms = terms
+        self.terms, self.dist = terms, dist
         self.rep = {r: c["ranks"][0] for c in (dist.classes or []) if len(c.get("ranks") or []) > 1
                     and c.get("derived") for r in c["ranks"]}
-        self.names = {r: {n.name: n for n in dist.graphs[r].nodes} for r in set(self.rep.values())}
-        self.envs: dict[int, dict] = {}  # representative -> its environment (live)
-        self.member: dict[int, tuple | None] = {}  # member -> (actions, pi) or None (not parametric)
-        self.related: dict[tuple, bool] = {}  # (member, node name) -> its value is the re-indexing
+        self.ranks_of = {c["ranks"][0]: list(c["ranks"]) for c in (dist.classes or []) if c["ranks"][0] in self.rep}
+        self.names: dict[int, dict] = {}  # rank -> node name -> node
+        self.envs: dict[int, dict] = {}  # class member -> its environment (live)
+        self.member: dict[int, tuple | None] = {}  # member -> (leaves, pi) relative to the representative, or None
+        self.pairs: dict[tuple, Actions] = {}  # (from, to) -> the action of the permutation between them
+        self.related: dict[tuple, bool] = {}  # (member, node name, from) -> its value is from's re-indexed
         self.derived = [0] * len(dist.graphs)
-        self.block: dict[int, int | None] = {}  # member -> its block index (progression of the class), if any
+        self.block: dict[int, int | None] = {}  # member -> its block index relative to the representative
 
     def see(self, rank: int, env: dict) -> None:
-        if self.rep.get(rank) == rank:
+        if rank in self.rep and rank not in self.envs:
             self.envs[rank] = env
+            self.names[rank] = {n.name: n for n in self.dist.graphs[rank].nodes}
+            if self.rep[rank] == rank:
+                self.member[rank] = ({}, None)
 
-    def _rep_value(self, rank: int, name: str):
-        rep = self.rep[rank]
-        node = self.names[rep].get(name)
-        env = self.envs.get(rep)
+    def _value(self, rank: int, name: str):
+        node = self.names[rank].get(name)
+        env = self.envs.get(rank)
         if node is None or env is None or node not in env:
             return None, False
         return env[node], True
 
     def _setup(self, rank: int, env: dict):
         """The member's permutation of the batch rows, or None (not a re-indexing)."""
+        rep = self.rep[rank]
         pairs, leaves = [], {}
         inputs = [n for n in env if n.op == "input"]
         for node in inputs:
             mv = env[node]
-            rv, ok = self._rep_value(rank, node.name)
+            rv, ok = self._value(rep, node.name)
             if not ok:
                 return None
             if not (isinstance(mv, Val) and isinstance(rv, Val)):
@@ -288,21 +297,31 @@ class Parametric:
         if used.sum() != (pi >= 0).sum():
             return None  # two rows onto one: not a permutation (a duplicated block)
         pi[pi < 0] = np.flatnonzero(~used)  # any bijection on the rows no input holds
-        acts = Actions(self.terms, leaves, batch, pi)
-        self.member[rank] = (acts, pi)  # provisional, for the input check
-        if not all(self._is_image(rank, node, env) for node in inputs):
+        self.member[rank] = (leaves, pi)  # provisional, for the input check
+        if not all(self._is_image(rank, node, env, rep) for node in inputs):
             return None
         first = pairs[0][0]
-        moved = pi[first] - first
-        step = len(first)
+        moved, step = pi[first] - first, len(first)
         self.block[rank] = int(moved[0] // step) if len(set(moved.tolist())) == 1 and moved[0] % step == 0 else None
-        return acts, pi
+        return leaves, pi
 
-    def image(self, rank: int, value):
-        """The representative's value re-indexed for `rank`; None where not known."""
-        acts, pi = self.member[rank]
+    def _actions(self, a: int, r: int) -> Actions | None:
+        hit = self.pairs.get((a, r), False)
+        if hit is False:
+            (la, pa), (lr, pr) = self.member[a], self.member[r]
+            hit = None
+            if not la or la == lr:  # the representative's leaves are any member's
+                pi = pr.copy() if pa is None else np.empty_like(pr)
+                if pa is not None:
+                    pi[pa] = pr  # a's row pa[i] is r's row pr[i]
+                hit = Actions(self.terms, lr, len(pr), pi)
+            self.pairs[(a, r)] = hit
+        return hit
+
+    def image(self, acts: Actions, value):
+        """A value re-indexed by the permutation `acts` acts by; None where not known."""
         if isinstance(value, (tuple, list)):
-            out = [self.image(rank, v) for v in value]
+            out = [self.image(acts, v) for v in value]
             return None if any(o is None and v is not None for o, v in zip(out, value)) else type(value)(out)
         if not isinstance(value, Val):
             return value if value is None or isinstance(value, (bool, int, float, str)) else None
@@ -315,50 +334,57 @@ class Parametric:
             return Val(act[1], value.vecs)
         _, d, s = act
         size = self.terms.shape(value.t)[d]
-        v = _vec(value.vecs[d], size)
         vecs = list(value.vecs)
-        vecs[d] = canon_vec(acts._rows(v, s), size)
+        vecs[d] = canon_vec(acts._rows(_vec(value.vecs[d], size), s), size)
         return Val(value.t, tuple(vecs))
 
     def _same(self, a, b) -> bool:
         if isinstance(a, Val) and isinstance(b, Val):
-            return a.t == b.t and all(same_vec(x, y) if x is not None and y is not None else
-                                      same_vec(_vec(x, n), _vec(y, n))
+            return a.t == b.t and all(same_vec(_vec(x, n), _vec(y, n))
                                       for x, y, n in zip(a.vecs, b.vecs, self.terms.shape(a.t)))
         if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
             return len(a) == len(b) and all(self._same(x, y) for x, y in zip(a, b))
         return a is None and b is None or (type(a) is type(b) and isinstance(a, (bool, int, float, str)) and a == b)
 
-    def _is_image(self, rank: int, node, env: dict) -> bool:
-        key = (rank, node.name)
+    def _is_image(self, rank: int, node, env: dict, a: int) -> bool:
+        key = (rank, node.name, a)
         hit = self.related.get(key)
         if hit is None:
-            rv, ok = self._rep_value(rank, node.name)
-            img = self.image(rank, rv) if ok else None
+            av, ok = self._value(a, node.name)
+            acts = self._actions(a, rank) if ok else None
+            img = self.image(acts, av) if acts is not None else None
             hit = self.related[key] = img is not None and self._same(env[node], img)
         return hit
 
-    def derive(self, rank: int, node, env: dict, shared: bool):
-        """The member's value of a local `node` as the representative's re-indexed, or None
-        (interpret it). `shared`: the node is the class's and its rule did not read the rank."""
-        if rank not in self.rep or self.rep[rank] == rank or not shared:
+    def source(self, rank: int, name: str) -> int | None:
+        """The member `rank` would derive node `name` from: the lowest parametric member of its
+        class (not itself) that has reached it."""
+        if rank not in self.rep or self.rep[rank] == rank:
             return None
         if rank not in self.member:
             self.member[rank] = None
-            self.member[rank] = self._setup(rank, env)
+            self.member[rank] = self._setup(rank, self.envs[rank])
         if self.member[rank] is None:
             return None
-        if not all(self._is_image(rank, x, env) for x in node.inputs):
+        for a in self.ranks_of[self.rep[rank]]:
+            if a != rank and self.member.get(a) is not None and self._value(a, name)[1]:
+                return a
+        return None
+
+    def derive(self, rank: int, node, env: dict, a: int):
+        """The member's value of a local `node` as member `a`'s re-indexed, or None (interpret
+        it). The caller has checked that `a`'s node is this one and its rule did not read the rank."""
+        if not all(self._is_image(rank, x, env, a) for x in node.inputs):
             return None
-        rv, ok = self._rep_value(rank, node.name)
-        out = self.image(rank, rv) if ok else None
+        acts = self._actions(a, rank)
+        out = self.image(acts, self._value(a, node.name)[0]) if acts is not None else None
         if out is None:
             return None
-        self.related[(rank, node.name)] = True
+        self.related[(rank, node.name, a)] = True
         self.derived[rank] += 1
         return out
 
     def ranks(self) -> dict:
         """Members proved by re-indexing: rank -> its block index (None: a permutation that is
         not a block shift)."""
-        return {r: self.block.get(r) for r, m in sorted(self.member.items()) if m is not None}
+        return {r: self.block.get(r) for r, m in sorted(self.member.items()) if m is not None and m[1] is not None}
