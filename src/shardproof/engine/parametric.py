@@ -54,25 +54,24 @@ class Actions:
     """How a row permutation P of the batch leaves acts on terms, memoized per term:
     INV, ``("row", d, s)`` or None (unknown: never re-indexed)."""
 
-    def __init__(self, terms, leaves: dict[int, int], batch: int, pi: np.ndarray):
-        # pi: row i of the source member's batch is row pi[i] of the target's
-        self.terms, self.leaves, self.batch, self.pi = terms, leaves, batch, pi
+    def __init__(self, terms, leaves: dict[int, int], batch: int):
+        self.terms, self.leaves, self.batch = terms, leaves, batch
         self.memo: dict[int, tuple | None] = {}
 
     def __call__(self, t: int):
         hit = self.memo.get(t, False)
         if hit is not False:
             return hit
-        stack, order = [t], []
-        while stack:  # children first, without recursion (terms can be deep)
-            x = stack.pop()
+        stack = [(t, False)]
+        while stack:  # children first (post-order), without recursion (terms can be deep)
+            x, ready = stack.pop()
             if x in self.memo:
                 continue
-            order.append(x)
-            stack.extend(c for c in self.terms[x].children if c not in self.memo)
-        for x in reversed(order):
-            if x not in self.memo:
+            if ready:
                 self.memo[x] = self._one(x)
+                continue
+            stack.append((x, True))
+            stack.extend((c, False) for c in self.terms[x].children if c not in self.memo)
         return self.memo[t]
 
     def _row(self, d: int, s: int, shape) -> tuple | None:
@@ -91,10 +90,7 @@ class Actions:
         if all(a is INV for a in acts):
             return INV
         if any(a[0] == "new" for a in acts):  # T(PX) = op(c'(X), ...): the same op of the rewritten operands
-            if any(a[0] == "row" for a in acts):
-                return None
-            new = self._rebuilt(term, [c if a is INV else a[1] for c, a in zip(kids, acts)])
-            return None if new is None else ("new", new)
+            return None if any(a[0] == "row" for a in acts) else ("new", ("op",))
         if op in self.terms.elementwise_ops or op == "lin":
             return None if _has_bytes(term.attrs) else self._elementwise(kids, acts, shape)
         if op == "permute":
@@ -124,19 +120,6 @@ class Actions:
                 return None
             return self._row(0, next(iter(rows))[2], shape)
         return None
-
-    def _rows(self, positions: np.ndarray, s: int) -> np.ndarray:
-        """Positions of a dim whose position i is batch row i // s, with the rows permuted."""
-        return self.pi[positions // s] * s + positions % s
-
-    def _rebuilt(self, term, kids: list) -> int:
-        if term.op == "lin":  # its normal form (children sorted, coefficients with them)
-            from ..algebra.lemmas import linear
-            parts: dict = {}
-            for k, c in zip(kids, term.attrs):
-                parts[k] = parts.get(k, 0) + c
-            return linear(self.terms, parts, term.shape)  # None: it cancels (not re-indexed)
-        return self.terms.make(term.op, term.attrs, tuple(kids), term.shape)
 
     def _uniform(self, t: int) -> bool:
         """Every element the same number (a fill): equal to itself permuted along any dim."""
@@ -182,9 +165,7 @@ class Actions:
             k = list(dims).index(d)
             if attrs[2] is None or attrs[2][k] is None:
                 return INV
-            rows = self._rows(np.frombuffer(attrs[2][k], dtype=np.int64), s)
-            over = attrs[2][:k] + (np.sort(rows).tobytes(),) + attrs[2][k + 1:]
-            return ("new", self.terms.make("sum", (dims, keepdim, over), (kid,), shape))
+            return ("new", ("sum", k, s))
         return self._row(d if keepdim else d - sum(1 for x in dims if x < d), s, shape)
 
     def _dot(self, attrs, kids, acts, shape):
@@ -203,10 +184,7 @@ class Actions:
                 if (i, j) == (a[1], b[1]):
                     if over is None or over[k] is None:
                         return INV
-                    pairs = self._rows(np.frombuffer(over[k], dtype=np.int64).reshape(-1, 2), a[2])
-                    pairs = np.ascontiguousarray(pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))])
-                    over = over[:k] + (pairs.tobytes(),) + over[k + 1:]  # ... or the pairs, rows mapped
-                    return ("new", self.terms.make("dot", (spec, over), tuple(kids), shape))
+                    return ("new", ("dot", k, a[2]))  # ... or a set of pairs: rows mapped (Permuted)
             for k, (i, j) in enumerate(zip(lb, rb)):
                 if (i, j) == (a[1], b[1]):
                     return self._row(k, a[2], shape)
@@ -216,6 +194,59 @@ class Actions:
         if b is not INV and b[1] in rfree:
             return self._row(len(lb) + len(lfree) + rfree.index(b[1]), b[2], shape)
         return None
+
+
+class Permuted:
+    """The action of one permutation ``pi`` (row i of the source member's batch is row pi[i]
+    of the target's): :class:`Actions`' classes, with the terms a partial sum over selected
+    rows becomes (``("new", t')``: ``T(PX) = t'(X)``) built for this permutation."""
+
+    def __init__(self, actions: Actions, pi: np.ndarray):
+        self.actions, self.terms, self.pi = actions, actions.terms, pi
+        self.memo: dict[int, int | None] = {}
+
+    def __call__(self, t: int):
+        act = self.actions(t)
+        if act is None or act is INV or act[0] == "row":
+            return act
+        new = self._new(t)
+        return None if new is None else ("new", new)
+
+    def _new(self, t: int):
+        if t in self.memo:
+            return self.memo[t]
+        term, recipe = self.terms[t], self.actions(t)[1]
+        out = None
+        if recipe[0] == "sum":
+            _, k, s = recipe
+            over = term.attrs[2]
+            rows = self._rows(np.frombuffer(over[k], dtype=np.int64), s)
+            over = over[:k] + (np.sort(rows).tobytes(),) + over[k + 1:]
+            out = self.terms.make("sum", term.attrs[:2] + (over,), term.children, term.shape)
+        elif recipe[0] == "dot":
+            _, k, s = recipe
+            spec, over = term.attrs
+            pairs = self._rows(np.frombuffer(over[k], dtype=np.int64).reshape(-1, 2), s)
+            pairs = np.ascontiguousarray(pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))])  # as compute.pair_set
+            out = self.terms.make("dot", (spec, over[:k] + (pairs.tobytes(),) + over[k + 1:]), term.children, term.shape)
+        else:
+            kids = [c if self.actions(c) is INV else self._new(c) for c in term.children]
+            out = None if any(k is None for k in kids) else self._rebuilt(term, kids)
+        self.memo[t] = out
+        return out
+
+    def _rows(self, positions: np.ndarray, s: int) -> np.ndarray:
+        """Positions of a dim whose position i is batch row i // s, with the rows permuted."""
+        return self.pi[positions // s] * s + positions % s
+
+    def _rebuilt(self, term, kids: list) -> int:
+        if term.op == "lin":  # its normal form (children sorted, coefficients with them)
+            from ..algebra.lemmas import linear
+            parts: dict = {}
+            for k, c in zip(kids, term.attrs):
+                parts[k] = parts.get(k, 0) + c
+            return linear(self.terms, parts, term.shape)  # None: it cancels (not re-indexed)
+        return self.terms.make(term.op, term.attrs, tuple(kids), term.shape)
 
 
 def _vec(v, size):
@@ -237,7 +268,8 @@ class Parametric:
         self.names: dict[int, dict] = {}  # rank -> node name -> node
         self.envs: dict[int, dict] = {}  # class member -> its environment (live)
         self.member: dict[int, tuple | None] = {}  # member -> (leaves, pi) relative to the representative, or None
-        self.pairs: dict[tuple, Actions] = {}  # (from, to) -> the action of the permutation between them
+        self.pairs: dict[tuple, Permuted] = {}
+        self.kinds: dict[tuple, Actions] = {}  # batch leaves -> how a permutation of their rows acts  # (from, to) -> the action of the permutation between them
         self.related: dict[tuple, bool] = {}  # (member, node name, from) -> its value is from's re-indexed
         self.derived = [0] * len(dist.graphs)
         self.block: dict[int, int | None] = {}  # member -> its block index relative to the representative
@@ -305,7 +337,7 @@ class Parametric:
         self.block[rank] = int(moved[0] // step) if len(set(moved.tolist())) == 1 and moved[0] % step == 0 else None
         return leaves, pi
 
-    def _actions(self, a: int, r: int) -> Actions | None:
+    def _actions(self, a: int, r: int) -> Permuted | None:
         hit = self.pairs.get((a, r), False)
         if hit is False:
             (la, pa), (lr, pr) = self.member[a], self.member[r]
@@ -314,11 +346,14 @@ class Parametric:
                 pi = pr.copy() if pa is None else np.empty_like(pr)
                 if pa is not None:
                     pi[pa] = pr  # a's row pa[i] is r's row pr[i]
-                hit = Actions(self.terms, lr, len(pr), pi)
+                key = tuple(sorted(lr.items()))
+                if key not in self.kinds:
+                    self.kinds[key] = Actions(self.terms, lr, len(pr))
+                hit = Permuted(self.kinds[key], pi)
             self.pairs[(a, r)] = hit
         return hit
 
-    def image(self, acts: Actions, value):
+    def image(self, acts: Permuted, value):
         """A value re-indexed by the permutation `acts` acts by; None where not known."""
         if isinstance(value, (tuple, list)):
             out = [self.image(acts, v) for v in value]
