@@ -95,6 +95,7 @@ class ClassProof:
         self.reused = [0] * len(dist.graphs)
         from .parametric import PARAMETRIC, Parametric
         self.param = Parametric(dist, tables.terms) if PARAMETRIC and tables is not None else None
+        self.signatures: dict = {}  # id(node) -> _signature(node) (nodes live as long as the run)
 
     def _intern(self, value):
         from ..algebra.layout import Val
@@ -167,11 +168,8 @@ class ClassProof:
         a = self.param.source(rank, node.name)
         if a is None:
             return None
-        same = self.same.get((rank, node.name, a))
-        if same is None:
-            other = self.param.names[a].get(node.name)
-            same = self.same[(rank, node.name, a)] = other is not None and (node is other or _same_node(node, other))
-        out = self.param.derive(rank, node, env, a) if same else None
+        mine, other = self._signature(node), self._signature(self.param.names[a].get(node.name))
+        out = self.param.derive(rank, node, mine[-1], env, a) if mine[:-1] == other[:-1] else None
         if out is not None:
             from .budget import check as check_budget
             check_budget(node, rank)
@@ -180,6 +178,21 @@ class ClassProof:
                 self.tables.values[(rank, node.name)] = table
             self.reused[rank] += 1
         return out
+
+    def _signature(self, node: Node | None) -> tuple:
+        """What a rule sees of a node besides its operands' relations, as far as two members of
+        one derived class can differ in it (frontends/rank_classes.py derive_graph copies every
+        local node's op and arguments from the representative, remapping operands by name): its
+        op, name, type and operands (names and types: a layout is a member's own); and the
+        operands."""
+        if node is None:
+            return (None, ())
+        hit = self.signatures.get(id(node))
+        if hit is None:
+            inputs = node.inputs
+            hit = self.signatures[id(node)] = (node.op, node.name, node.type,
+                                               tuple((x.name, x.type) for x in inputs), inputs)
+        return hit
 
     def stats(self) -> dict:
         """Per rank: local ops interpreted and reused; totals."""

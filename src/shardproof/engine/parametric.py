@@ -406,10 +406,11 @@ class Parametric:
                 return a
         return None
 
-    def derive(self, rank: int, node, env: dict, a: int):
-        """The member's value of a local `node` as member `a`'s re-indexed, or None (interpret
-        it). The caller has checked that `a`'s node is this one and its rule did not read the rank."""
-        if not all(self._is_image(rank, x, env, a) for x in node.inputs):
+    def derive(self, rank: int, node, inputs, env: dict, a: int):
+        """The member's value of a local `node` (operands `inputs`) as member `a`'s re-indexed, or
+        None (interpret it). The caller has checked that `a`'s node is this one and its rule did
+        not read the rank."""
+        if not all(self._is_image(rank, x, env, a) for x in inputs):
             return None
         acts = self._actions(a, rank)
         out = self.image(acts, self._value(a, node.name)[0]) if acts is not None else None
