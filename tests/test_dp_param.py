@@ -3,30 +3,17 @@
 permuted takes every relation the permutation's action on terms determines from another member's,
 without running a rule; the rest is interpreted per member as before. The dp all_reduce sums every
 member's actual block, so a bug on one dp rank, or a rank loading another's chunk, is still found.
-Labels: each program run on a real gloo process group against the single-device step (slow)."""
-import os
-import sys
-
+Labels: the programs are tests/test_class_proof.py's and tests/test_symmetry.py's, each run there on a
+real gloo process group against the single-device step (slow)."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
 
-from shardproof.api import NO_CONFIRM, prepare, verify_prepared  # noqa: E402
+from shardproof.api import NO_CONFIRM, verify_prepared  # noqa: E402
 from shardproof.engine import parametric, symbolic  # noqa: E402
 from shardproof.report.terminal import parametric_text, render  # noqa: E402
 from rich.console import Console  # noqa: E402
-
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases", "symmetry")
-sys.path.insert(0, HERE)
-
-import dp8_mlp_train  # noqa: E402
-import dp8_mlp_train_rank3_reads_rank2  # noqa: E402
-import dp8_mlp_train_rank5_scaled  # noqa: E402
-
-
-def _prepared(module):
-    case = module.case()
-    return prepare(case, case.world_size)
+from test_class_proof import _prepared, dp8_mlp_train, dp8_mlp_train_overlapping_slices, dp8_mlp_train_rank5_scaled  # noqa: E402,E501
 
 
 def _verify(p, on=True, **kwargs):
@@ -49,8 +36,8 @@ def dp8():
 
 
 @pytest.fixture(scope="module")
-def reads_rank2():
-    p = _prepared(dp8_mlp_train_rank3_reads_rank2)
+def reads_rank3():
+    p = _prepared(dp8_mlp_train_overlapping_slices)
     return p, _verify(p, confirm_draws=NO_CONFIRM), _verify(p, on=False, confirm_draws=NO_CONFIRM)
 
 
@@ -121,14 +108,15 @@ def test_rank_specific_constant_on_one_rank_is_found_there():
     assert [r["rank"] for r in _param(report)["ranks"]] == [1, 2, 3, 4, 6, 7]  # rank 5: a class of its own
 
 
-def test_a_rank_loading_another_ranks_chunk_is_a_violation(reads_rank2):
-    """Rank 3 holds rank 2's block: it is a re-indexing of the representative (block 2, said so),
+def test_a_rank_loading_another_ranks_chunk_is_a_violation(reads_rank3):
+    """Rank 4 holds rank 3's block: it is a re-indexing of the representative (block 3, said so),
     but the members' blocks are no permutation of the batch, and the dp all_reduce's sum is not the
-    full batch's: a violation, found where the proof without the parameter finds it."""
-    _, report, before = reads_rank2
+    full batch's: a violation, found where the proof without the parameter finds it. (Labels on gloo:
+    tests/test_class_proof.py test_labels_on_gloo.)"""
+    _, report, before = reads_rank3
     assert report.status == "violation" and before.status == "violation", (report, before)
     blocks = {r["rank"]: r["block"] for r in _param(report)["ranks"]}
-    assert blocks[3] == 2 and blocks[2] == 2 and sorted(blocks.values()) != list(range(1, 8))
+    assert blocks[4] == 3 and blocks[3] == 3 and sorted(blocks.values()) != list(range(1, 8))
     first, base = report.findings[0], before.findings[0]
     assert (first.node, first.op, first.rank, first.kind) == (base.node, base.op, base.rank, base.kind)
 
@@ -161,17 +149,3 @@ def test_inputs_that_are_no_permutation_are_proved_per_member():
     prm2.see(1, {n1: Val(x, (np.array([2, 3]), None))})
     prm2.source(1, "y")
     assert prm2.member[1] is not None and prm2.block[1] == 1
-
-
-# ---------------------------------------------------------------- labels (real gloo runs)
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name,want", [("dp8_mlp_train", True), ("dp8_mlp_train_rank3_reads_rank2", False)])
-def test_labels_on_gloo(name, want):
-    """The correct step's gradients equal the single-device ones on every rank; with rank 3
-    reading rank 2's chunk they differ on every rank (after the dp all_reduce)."""
-    from gloo import training_gradients
-    single, ranks = training_gradients(os.path.join(HERE, f"{name}.py"), 8, 300)
-    agree = [isinstance(r, dict) and all(torch.allclose(torch.as_tensor(r[n]), single[n].detach(), atol=1e-5)
-                                         for n in single) for r in ranks]
-    assert agree == [want] * 8, agree
