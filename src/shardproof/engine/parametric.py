@@ -42,6 +42,7 @@ PARAMETRIC = True  # prove dp class members by re-indexing the representative's 
 INV = ("inv",)
 _RANDOM = {"bernoulli", "dropout", "dropout_mask", "ones_mask"}  # a draw per call: not a function of X alone
 _LEAVES = {"input", "fill", "const", "shared_const"}
+_ACROSS = ("batch_norm",)  # built elementwise, but their statistics may come from other rows: never re-indexed
 
 
 def _has_bytes(x) -> bool:
@@ -91,7 +92,9 @@ class Actions:
             return INV
         if any(a[0] == "new" for a in acts):  # T(PX) = op(c'(X), ...): the same op of the rewritten operands
             return None if any(a[0] == "row" for a in acts) else ("new", ("op",))
-        if op in self.terms.elementwise_ops or op == "lin":
+        if op == "lin" and any(self.terms.shape(c) != shape for c in kids):
+            return None
+        if (op in self.terms.elementwise_ops and not op.startswith(_ACROSS)) or op == "lin":
             return None if _has_bytes(term.attrs) else self._elementwise(kids, acts, shape)
         if op == "permute":
             (_, d, s), perm = acts[0], list(term.attrs[0])
@@ -99,6 +102,8 @@ class Actions:
         if op == "reshape":
             return self._reshape(self.terms.shape(kids[0]), acts[0], shape)
         if op == "gather":
+            if len(kids) != 1 or len(term.attrs) != len(shape):
+                return None
             _, d, s = acts[0]
             return self._row(d, s, shape) if term.attrs[d] is None else None
         if op in self.terms.reduction_ops and op == "sum":
