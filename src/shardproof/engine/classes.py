@@ -189,7 +189,7 @@ class ClassProof:
             return (None, ())
         hit = self.signatures.get(id(node))
         if hit is None:
-            inputs = node.inputs
+            inputs = tuple(node.inputs)  # (a generator: kept as a tuple, read twice)
             hit = self.signatures[id(node)] = (node.op, node.name, node.type,
                                                tuple((x.name, x.type) for x in inputs), inputs)
         return hit
