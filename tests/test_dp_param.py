@@ -149,3 +149,16 @@ def test_inputs_that_are_no_permutation_are_proved_per_member():
     prm2.see(1, {n1: Val(x, (np.array([2, 3]), None))})
     prm2.source(1, "y")
     assert prm2.member[1] is not None and prm2.block[1] == 1
+
+
+def test_a_derivation_checks_every_operand(dp8):
+    """A node's operands are read twice (its signature, then the re-indexing check): kept as a
+    tuple, never a spent generator, so a member never derives a node whose operands are not the
+    source member's re-indexed (an all_to_all's result over other rows, say)."""
+    from shardproof.engine.classes import ClassProof
+    p, _ = dp8
+    proof = ClassProof.__new__(ClassProof)
+    proof.signatures = {}
+    node = next(n for n in p.dist.graphs[1].nodes if n.op == "aten.mm")
+    first, again = proof._signature(node), proof._signature(node)
+    assert first is again and list(again[-1]) == list(node.inputs) and len(again[-1]) == 2

@@ -92,8 +92,7 @@ class Actions:
             return INV
         if any(a[0] == "new" for a in acts):  # T(PX) = op(c'(X), ...): the same op of the rewritten operands
             return None if any(a[0] == "row" for a in acts) else ("new", ("op",))
-        if op == "lin" and any(self.terms.shape(c) != shape for c in kids):
-            return None
+        # lin: the normal form of add/sub/scale (lemmas._merge), broadcast as those elementwise ops are
         if (op in self.terms.elementwise_ops and not op.startswith(_ACROSS)) or op == "lin":
             return None if _has_bytes(term.attrs) else self._elementwise(kids, acts, shape)
         if op == "permute":
