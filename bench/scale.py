@@ -6,7 +6,7 @@ own): capture (wall and CPU seconds, CPU ms per traced node), the proof (the eng
 confirmation by execution), the engine's verdict, peak memory.
 
     python bench/scale.py [--quick] [--workers K] [--no-symmetry] [--no-class-proof] [--no-induction]
-                          [--whole-loops] [--confirm] [--only N,dp,tp,M ...]
+                          [--no-parametric] [--whole-loops] [--confirm] [--repeat K] [--only N,dp,tp,M ...]
     python bench/scale.py --blocks [--only N,tp ...]
     python bench/scale.py --step-blocks [--only N ...]
 
@@ -44,7 +44,7 @@ def configs(sweep) -> list:
 
 
 def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True, class_proof=True, whole_loops=False,
-        confirm=False, induction=True) -> dict:
+        confirm=False, induction=True, parametric=True) -> dict:
     """Capture and prove one configuration in this process (`whole_loops`: every microbatch
     traced, frontends/microbatches.py off; `confirm`: then the confirmation by execution, timed
     on its own)."""
@@ -57,6 +57,8 @@ def one(n_layers, dp, tp, microbatches, workers=None, symmetry=True, class_proof
     api.SYMMETRY = symmetry
     from shardproof.engine import symbolic
     symbolic.CLASS_PROOF = class_proof
+    from shardproof.engine import parametric as dp_param
+    dp_param.PARAMETRIC = parametric
     from shardproof.frontends import microbatches as mb_loops
     mb_loops.ENABLED = not whole_loops
     from shardproof.engine import induction as mb_induction
@@ -190,6 +192,9 @@ def main() -> None:
     ap.add_argument("--no-induction", action="store_true",
                     help="interpret every microbatch (before engine/induction.py)")
     ap.add_argument("--confirm", action="store_true", help="also time the confirmation by execution (gloo), apart")
+    ap.add_argument("--no-parametric", action="store_true",
+                    help="prove every dp class member by its own rules (before engine/parametric.py)")
+    ap.add_argument("--repeat", type=int, default=1, help="run each configuration K times; medians")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--blocks", action="store_true", help="the layer stack by block contracts (--only N,tp)")
     ap.add_argument("--one-blocks", help=argparse.SUPPRESS)
@@ -211,7 +216,8 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(*map(int, args.one.split(",")), workers=args.workers, symmetry=not args.no_symmetry,
                              class_proof=not args.no_class_proof, whole_loops=args.whole_loops,
-                             confirm=args.confirm, induction=not args.no_induction)))
+                             confirm=args.confirm, induction=not args.no_induction,
+                             parametric=not args.no_parametric)))
         return
     todo = [tuple(map(int, c.split(","))) for c in args.only] if args.only else configs(QUICK if args.quick else SWEEP)
     print("| N | dp | tp | M | ranks (traced) | nodes | capture s (wall) | capture s (CPU) | capture CPU ms / node "
@@ -224,8 +230,8 @@ def main() -> None:
         extra += ["--no-symmetry"] if args.no_symmetry else []
         extra += ["--no-class-proof"] if args.no_class_proof else []
         extra += ["--whole-loops"] * args.whole_loops + ["--confirm"] * args.confirm
-        extra += ["--no-induction"] * args.no_induction
-        r = _subprocess(["--one", ",".join(map(str, c))] + extra)
+        extra += ["--no-induction"] * args.no_induction + ["--no-parametric"] * args.no_parametric
+        r = _median([_subprocess(["--one", ",".join(map(str, c))] + extra) for _ in range(args.repeat)])
         if isinstance(r, str):
             print(f"| {' | '.join(map(str, c))} | failed: {r} |")
             continue
@@ -238,6 +244,17 @@ def main() -> None:
               flush=True)
     for line in ratios(rows):
         print(line)
+
+
+def _median(runs: list):
+    """One row of several runs of a configuration: each time its median (a failed run: its message)."""
+    failed = [r for r in runs if isinstance(r, str)]
+    if failed:
+        return failed[0]
+    out = dict(runs[0])
+    for k in ("capture_s", "capture_cpu_s", "ms_per_node", "prove_s", "prove_cpu_s"):
+        out[k] = sorted(r[k] for r in runs)[len(runs) // 2]
+    return out
 
 
 def ratios(rows: dict) -> list[str]:

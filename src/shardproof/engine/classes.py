@@ -93,6 +93,9 @@ class ClassProof:
         self.rank_specific: set = set()  # (class, node name): its rule read the rank
         self.interpreted = [0] * len(dist.graphs)
         self.reused = [0] * len(dist.graphs)
+        from .parametric import PARAMETRIC, Parametric
+        self.param = Parametric(dist, tables.terms) if PARAMETRIC and tables is not None else None
+        self.signatures: dict = {}  # id(node) -> _signature(node) (nodes live as long as the run)
 
     def _intern(self, value):
         from ..algebra.layout import Val
@@ -122,6 +125,12 @@ class ClassProof:
 
     def __call__(self, rank: int, node: Node, env: dict):
         cls = self.cls.get(rank)
+        if self.param is not None and cls is not None:
+            self.param.see(rank, env)
+            if node.op != "input":
+                out = self._derived(rank, cls, node, env)
+                if out is not None:
+                    return out
         if cls is None or node.op == "input":
             self.interpreted[rank] += 1
             out = self.evals[rank](rank, node, env)
@@ -152,7 +161,45 @@ class ClassProof:
             self.memo[key] = (node, out, table)
         return out
 
+    def _derived(self, rank: int, cls: int, node: Node, env: dict):
+        """A parametric member's value as another member's re-indexed (engine/parametric.py)."""
+        if (cls, node.name) in self.rank_specific:
+            return None
+        a = self.param.source(rank, node.name)
+        if a is None:
+            return None
+        mine, other = self._signature(node), self._signature(self.param.names[a].get(node.name))
+        out = self.param.derive(rank, node, mine[-1], env, a) if mine[:-1] == other[:-1] else None
+        if out is not None:
+            from .budget import check as check_budget
+            check_budget(node, rank)
+            table = None if self.tables is None else self.tables.values.get((a, node.name))
+            if table is not None:  # input-independent: the same program computes the same value
+                self.tables.values[(rank, node.name)] = table
+            self.reused[rank] += 1
+        return out
+
+    def _signature(self, node: Node | None) -> tuple:
+        """What a rule sees of a node besides its operands' relations, as far as two members of
+        one derived class can differ in it (frontends/rank_classes.py derive_graph copies every
+        local node's op and arguments from the representative, remapping operands by name): its
+        op, name, type and operands (names and types: a layout is a member's own); and the
+        operands."""
+        if node is None:
+            return (None, ())
+        hit = self.signatures.get(id(node))
+        if hit is None:
+            inputs = tuple(node.inputs)  # (a generator: kept as a tuple, read twice)
+            hit = self.signatures[id(node)] = (node.op, node.name, node.type,
+                                               tuple((x.name, x.type) for x in inputs), inputs)
+        return hit
+
     def stats(self) -> dict:
         """Per rank: local ops interpreted and reused; totals."""
-        return {"interpreted": sum(self.interpreted), "reused": sum(self.reused),
-                "interpreted_by_rank": list(self.interpreted), "reused_by_rank": list(self.reused)}
+        out = {"interpreted": sum(self.interpreted), "reused": sum(self.reused),
+               "interpreted_by_rank": list(self.interpreted), "reused_by_rank": list(self.reused)}
+        if self.param is not None:
+            out["parametric"] = {"ranks": [{"rank": r, "representative": self.param.rep[r], "block": b}
+                                           for r, b in self.param.ranks().items()],
+                                 "derived_by_rank": list(self.param.derived)}
+        return out

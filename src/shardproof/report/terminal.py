@@ -126,6 +126,14 @@ def rank_classes_text(report: Report) -> str:
     return "rank classes: " + "; ".join(parts)
 
 
+def parametric_text(report: Report) -> str | None:
+    """The dp class members proved with their batch block as a parameter (engine/parametric.py)."""
+    ranks = ((report.stats or {}).get("class_proof") or {}).get("parametric", {}).get("ranks") or []
+    if not ranks:
+        return None
+    return f"proved with the batch block as a parameter: ranks {_spans([r['rank'] for r in ranks])}"
+
+
 def _finding(i: int, f) -> Panel:
     lines = [Text.assemble(("kind: ", "bold"), f.kind),
              Text.assemble(("where: ", "bold"), f"node {f.node} ({f.op}) on rank(s) {', '.join(map(str, f.rank))}"
@@ -176,6 +184,8 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
             report.partial_outputs) + " (partial sums across the ranks, allowed)", style="yellow"))
     if report.rank_classes:
         console.print(Text(rank_classes_text(report), style="dim"))
+        if parametric_text(report):
+            console.print(Text(parametric_text(report), style="dim"))
     for i, f in enumerate(report.findings, 1):
         console.print(_finding(i, f))
     if verbose or report.status != "verified":
