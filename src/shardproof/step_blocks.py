@@ -169,14 +169,13 @@ def verify_step(case, layers_of: Callable = lambda model: list(model.layers), gr
         return _full_trace(case, f"a block contract is not proved ({stack.reason})", confirm_draws, fixes, blocks)
     t_contracts = time.perf_counter()
     try:
-        report = _tail(case, order, table, layers_of, group_of, confirm_draws, fixes)
+        report, updates = _tail(case, order, table, layers_of, group_of, confirm_draws, fixes)
     except Exception as exc:  # noqa: BLE001  (e.g. a layer called with more than one input): the full trace decides
         return _full_trace(case, f"the tail could not be captured with opaque layers: {type(exc).__name__}: {exc}",
                            confirm_draws, fixes, blocks)
     if not _proved(report):
         return _full_trace(case, f"the tail with the contracts is {report.status}: {report.reason}", confirm_draws,
                            fixes, blocks)
-    updates = (report.blocks or {}).get("updates") or []
     report.blocks = dict(blocks, tail=f"step tail proved once with {len(order)} opaque layer calls" + (
         f" and {sum(u['parameters'] for u in updates)} opaque parameter updates in {len(updates)} proved classes"
         if updates else ""), **({"updates": updates} if updates else {}))
@@ -209,8 +208,7 @@ def _tail(case, order, table, layers_of, group_of, confirm_draws, fixes):
             updates = prove_classes(update_classes(p), case.world_size) if TAIL_UPDATES else []
             # confirmation by execution runs p.case: the real step, not the opaque one
             report = verify_prepared(replace(p, case=case), confirm_draws=confirm_draws, fixes=fixes)
-        report.blocks = {"updates": updates}
-        return report
+        return report, updates
     finally:
         for key in table:
             bc.CONTRACTS.pop(key, None)
