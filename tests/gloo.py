@@ -68,19 +68,26 @@ def _as_tensors(result):
     return {k: torch.from_numpy(v) for k, v in result.items()} if isinstance(result, dict) else result
 
 
-def _rank_main(rank: int, world: int, port: int, path: str, queue) -> None:
+def _in_gloo_group(rank: int, world: int, port: int, queue, seconds: float, compute) -> None:
+    """Join a gloo group, put ``(rank, compute())`` (or the error's text) on `queue`, leave."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=15))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=seconds))
     try:
-        case = load_case(path, world)
-        data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
-        result = _by_value(_call(case.distributed(rank, world), data))
+        result = compute()
     except Exception as exc:  # the program is refused at run time (a real error)
         result = f"{type(exc).__name__}: {exc}"
     queue.put((rank, result))
     with contextlib.suppress(Exception):
         dist.barrier()  # rank 0 hosts the store: keep it until every rank is done
     dist.destroy_process_group()
+
+
+def _rank_main(rank: int, world: int, port: int, path: str, queue) -> None:
+    def compute():
+        case = load_case(path, world)
+        data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
+        return _by_value(_call(case.distributed(rank, world), data))
+    _in_gloo_group(rank, world, port, queue, 15, compute)
 
 
 def _free_port() -> int:
@@ -439,9 +446,7 @@ def train_step_on_rank(module, bug=None):
 
 
 def _step_main(rank: int, world: int, port: int, path: str, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
-    try:
+    def compute():
         from shardproof.frontends.torch_train import state_values
         case = load_case(path, world)
         data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
@@ -450,13 +455,8 @@ def _step_main(rank: int, world: int, port: int, path: str, queue) -> None:
         out = program.train_step(data, state_values(params, case.train.optimizer), case.train)
         flat = {f"grad:{n}": g for n, g in out["grads"].items()}
         flat.update({f"updated:{n}": u for n, u in (out.get("updated") or {}).items()})
-        result = _by_value({k: v.detach().clone() for k, v in flat.items()})
-    except Exception as exc:
-        result = f"{type(exc).__name__}: {exc}"
-    queue.put((rank, result))
-    with contextlib.suppress(Exception):
-        dist.barrier()
-    dist.destroy_process_group()
+        return _by_value({k: v.detach().clone() for k, v in flat.items()})
+    _in_gloo_group(rank, world, port, queue, 60, compute)
 
 
 def training_step_agrees(path: str, world_size: int, tp: int, timeout: float = 300) -> bool:

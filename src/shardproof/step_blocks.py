@@ -17,7 +17,10 @@
    clipping, the optimizer, for every parameter): the step captured with each layer one opaque
    call (:mod:`shardproof.frontends.torch_block_calls`) whose meaning is its class's contract
    (:mod:`shardproof.ops.block_calls`, where the soundness argument is). A layer's parameter
-   updates follow from its contract's gradient relations through the traced tail.
+   updates follow from its contract's gradient relations through the traced tail; each
+   parameter's optimizer update is itself one opaque call, proved once per class of equal
+   hyperparameters, shape, dtype and layout (:mod:`shardproof.step_tail`), and the opaque
+   step's dp replicas are one rank class (traced once).
 4. A proved step is confirmed by running the **real** step (the case, not the opaque one) on
    gloo, as any proof. Whenever the tail cannot be combined with the contracts (a rule that
    does not apply, a class proved only unknown, a contract that does not hold), the step is
