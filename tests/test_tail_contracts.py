@@ -46,7 +46,7 @@ def test_correct_step_updates_by_class(correct):
     assert all(u["proved"] and u["optimizer"] == ADAMW for u in updates)
     assert sorted((tuple(u["shape"]), u["parameters"]) for u in updates if "Shard(0)" in u["layout"]) == \
         [((16, 32), 4), ((32, 32), 2), ((64, 32), 4)]
-    assert "18 opaque parameter updates in 6 proved classes" in correct.blocks["tail"]
+    assert "18 opaque parameter updates in 6 classes (6 proved)" in correct.blocks["tail"]
     outputs = {o.name: o for o in correct.outputs}
     assert all(outputs[f"updated:layers.{i}.{n}.weight"].holds for i in (0, 1) for n in ("wq", "w2", "ffn_norm"))
 
@@ -58,12 +58,17 @@ def test_tail_traced_once_per_tp_class(correct):
     assert classes and sorted(len(c["ranks"]) for c in classes) == [2, 2], classes
 
 
+def _failing(report) -> set:
+    return {o.name for o in report.outputs if not o.holds}
+
+
 def test_other_learning_rate_for_one_layer_located():
     report = _bug("lr")
     assert report.status == "violation"
     assert report.blocks["fallback"].startswith("the tail with the contracts is violation")
+    # exactly layer 1's updated parameters fail; its gradients and layer 0 hold
+    assert _failing(report) == {f"updated:layers.1.{n}.weight" for n in llama_step.PARAMS}
     assert report.findings and "layers.1." in report.findings[0].message
-    assert "layers.0." not in report.findings[0].message
 
 
 def _rule_ctx():
@@ -109,7 +114,13 @@ def test_tail_bug_of_one_layer_located(bug):
     report = _bug(bug)
     assert report.status == "violation"
     assert report.blocks["fallback"].startswith("the tail with the contracts is")
-    assert report.findings and "layers.1." in report.findings[0].message
+    failing = _failing(report)
+    if bug == "weight-decay":
+        assert failing == {f"updated:layers.1.{n}.weight" for n in llama_step.PARAMS}
+    elif bug == "no-clip":
+        assert failing == {"grad:layers.1.wq.weight", "updated:layers.1.wq.weight"}
+    else:  # the unreduced squares enter the global norm: every output fails, the finding is in the norm's sum
+        assert len(failing) == 36 and report.findings[0].source.split(" in ")[-1] == "grad_norm"
 
 
 @pytest.mark.slow  # 5 gloo runs of 4 processes

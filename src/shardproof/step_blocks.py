@@ -180,7 +180,8 @@ def verify_step(case, layers_of: Callable = lambda model: list(model.layers), gr
         return _full_trace(case, f"the tail with the contracts is {report.status}: {report.reason}", confirm_draws,
                            fixes, blocks)
     report.blocks = dict(blocks, tail=f"step tail proved once with {len(order)} opaque layer calls" + (
-        f" and {sum(u['parameters'] for u in updates)} opaque parameter updates in {len(updates)} proved classes"
+        f" and {sum(u['parameters'] for u in updates)} opaque parameter updates in {len(updates)} classes"
+        f" ({sum(u['proved'] for u in updates)} proved)"
         if updates else ""), **({"updates": updates} if updates else {}))
     end = time.perf_counter()
     report.stats.update(wall_seconds=round(end - t0, 4), screen_seconds=round(t_screen - t0, 4),

@@ -26,6 +26,7 @@ from mini_megatron import Mesh, MegatronTraining, dp_shard, regression_batch, to
 from shardproof import AdamW, Case, Train  # noqa: E402
 
 SEQ, MB_ROWS = 4, 2
+PARAMS = ("attention_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w3", "w2")  # each layer's, in order
 
 
 class _Identity(torch.autograd.Function):
