@@ -8,7 +8,7 @@ confirmation by execution), the engine's verdict, peak memory.
     python bench/scale.py [--quick] [--workers K] [--no-symmetry] [--no-class-proof] [--no-induction]
                           [--no-parametric] [--whole-loops] [--confirm] [--repeat K] [--only N,dp,tp,M ...]
     python bench/scale.py --blocks [--only N,tp ...]
-    python bench/scale.py --step-blocks [--only N ...]
+    python bench/scale.py --step-blocks [--no-tail-contracts] [--only N ...]
 
 The table ends with the ratios of issue 16 (dp8/dp2, M8/M2, N8/N1: capture + proof wall).
 ``--blocks``: the layer stack of the same model (N Llama blocks on one tp group, forward and
@@ -111,14 +111,20 @@ def one_blocks(n_layers, tp) -> dict:
             "reason": (report.reason or "")[:60], "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
 
-def one_step_blocks(n_layers) -> dict:
+def one_step_blocks(n_layers, tail_contracts=True) -> dict:
     """Verify the sweep's training step (N layers, dp2 tp2 M2) by step-level block contracts
-    in this process (no confirmation by execution)."""
+    in this process (no confirmation by execution). `tail_contracts` False: the tail as before
+    step_tail.py (every update traced op by op, every rank of the opaque step traced)."""
     sys.path.insert(0, HERE)
     import torch
     import llama_stack
+    from shardproof import step_blocks
     from shardproof.api import NO_CONFIRM, capture_case
+    from shardproof.frontends import rank_classes
     from shardproof.step_blocks import verify_step
+    step_blocks.TAIL_UPDATES = tail_contracts
+    if not tail_contracts:
+        rank_classes.OPAQUE_CALLS = ("no opaque call is grouped",)
     torch.set_num_threads(1)
     capture_case(llama_stack.case(1, 1, 2, 1), 2)  # warm-up: imports, caches (as the sweep's rows)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -131,12 +137,12 @@ def one_step_blocks(n_layers) -> dict:
             "reason": (report.reason or "")[:40], "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
 
-def step_blocks_table(todo) -> None:
+def step_blocks_table(todo, extra=()) -> None:
     print("| N | dp | tp | M | wall s | CPU s | screen s | contracts s | tail s | blocks | engine verdict | peak MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = {}
     for n in todo:
-        r = _subprocess(["--one-step-blocks", str(n)])
+        r = _subprocess(["--one-step-blocks", str(n), *extra])
         if isinstance(r, str):
             print(f"| {n} | 2 | 2 | 2 | failed: {r} |")
             continue
@@ -200,12 +206,15 @@ def main() -> None:
     ap.add_argument("--one-blocks", help=argparse.SUPPRESS)
     ap.add_argument("--step-blocks", action="store_true", help="the whole step by block contracts (--only N ...)")
     ap.add_argument("--one-step-blocks", help=argparse.SUPPRESS)
+    ap.add_argument("--no-tail-contracts", action="store_true",
+                    help="--step-blocks with the tail as before step_tail.py (updates traced, every rank traced)")
     args = ap.parse_args()
     if args.one_step_blocks:
-        print(json.dumps(one_step_blocks(int(args.one_step_blocks))))
+        print(json.dumps(one_step_blocks(int(args.one_step_blocks), not args.no_tail_contracts)))
         return
     if args.step_blocks:
-        step_blocks_table([int(c) for c in args.only] if args.only else [1, 8])
+        step_blocks_table([int(c) for c in args.only] if args.only else [1, 2, 8],
+                          ["--no-tail-contracts"] * args.no_tail_contracts)
         return
     if args.one_blocks:
         print(json.dumps(one_blocks(*map(int, args.one_blocks.split(",")))))

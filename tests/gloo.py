@@ -68,19 +68,26 @@ def _as_tensors(result):
     return {k: torch.from_numpy(v) for k, v in result.items()} if isinstance(result, dict) else result
 
 
-def _rank_main(rank: int, world: int, port: int, path: str, queue) -> None:
+def _in_gloo_group(rank: int, world: int, port: int, queue, seconds: float, compute) -> None:
+    """Join a gloo group, put ``(rank, compute())`` (or the error's text) on `queue`, leave."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=15))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=seconds))
     try:
-        case = load_case(path, world)
-        data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
-        result = _by_value(_call(case.distributed(rank, world), data))
+        result = compute()
     except Exception as exc:  # the program is refused at run time (a real error)
         result = f"{type(exc).__name__}: {exc}"
     queue.put((rank, result))
     with contextlib.suppress(Exception):
         dist.barrier()  # rank 0 hosts the store: keep it until every rank is done
     dist.destroy_process_group()
+
+
+def _rank_main(rank: int, world: int, port: int, path: str, queue) -> None:
+    def compute():
+        case = load_case(path, world)
+        data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
+        return _by_value(_call(case.distributed(rank, world), data))
+    _in_gloo_group(rank, world, port, queue, 15, compute)
 
 
 def _free_port() -> int:
@@ -436,3 +443,35 @@ def train_step_on_rank(module, bug=None):
         whole = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t  # noqa: E731
         return float(whole(out["loss"])), {n: whole(g).detach().numpy() for n, g in out["grads"].items()}
     return run
+
+
+def _step_main(rank: int, world: int, port: int, path: str, queue) -> None:
+    def compute():
+        from shardproof.frontends.torch_train import state_values
+        case = load_case(path, world)
+        data = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else dict(case.inputs)
+        program = case.distributed(rank, world)
+        params = {n: p.detach() for n, p in program.named_parameters()}
+        out = program.train_step(data, state_values(params, case.train.optimizer), case.train)
+        flat = {f"grad:{n}": g for n, g in out["grads"].items()}
+        flat.update({f"updated:{n}": u for n, u in (out.get("updated") or {}).items()})
+        return _by_value({k: v.detach().clone() for k, v in flat.items()})
+    _in_gloo_group(rank, world, port, queue, 60, compute)
+
+
+def training_step_agrees(path: str, world_size: int, tp: int, timeout: float = 300) -> bool:
+    """Whether every gloo rank's whole training step (clipping and optimizer included, the
+    optimizer state as shardproof draws it) gives the single-device reference step's gradients
+    and updated parameters, each tensor-parallel one compared with its tp rank's chunk."""
+    from shardproof.frontends.torch_train import reference_step, state_values
+    results = _spawn_ranks(_step_main, path, world_size, timeout)
+    case = load_case(path, world_size)
+    params = {n: p.detach() for n, p in case.single.named_parameters()}
+    ref = reference_step(case.single, dict(case.inputs), state_values(params, case.train.optimizer), case.train)
+    single = {f"grad:{n}": g for n, g in ref["grads"].items()}
+    single.update({f"updated:{n}": u for n, u in ref["updated"].items()})
+    ranks = [results.get(r, "no result (hang)") for r in range(world_size)]
+    if any(not isinstance(r, dict) or set(r) != set(single) for r in ranks):
+        return False
+    return all(torch.allclose(got[n].double(), local_piece(v.detach(), got[n], rank % tp).double(), rtol=1e-5,
+                              atol=1e-6) for rank, got in enumerate(ranks) for n, v in single.items())

@@ -17,7 +17,10 @@
    clipping, the optimizer, for every parameter): the step captured with each layer one opaque
    call (:mod:`shardproof.frontends.torch_block_calls`) whose meaning is its class's contract
    (:mod:`shardproof.ops.block_calls`, where the soundness argument is). A layer's parameter
-   updates follow from its contract's gradient relations through the traced tail.
+   updates follow from its contract's gradient relations through the traced tail; each
+   parameter's optimizer update is itself one opaque call, proved once per class of equal
+   hyperparameters, shape, dtype and layout (:mod:`shardproof.step_tail`), and the opaque
+   step's dp replicas are one rank class (traced once).
 4. A proved step is confirmed by running the **real** step (the case, not the opaque one) on
    gloo, as any proof. Whenever the tail cannot be combined with the contracts (a rule that
    does not apply, a class proved only unknown, a contract that does not hold), the step is
@@ -25,6 +28,7 @@
    "verified" on a guess."""
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import replace
 from typing import Callable
@@ -35,9 +39,15 @@ from .engine import blocks as eb
 from .frontends.torch_blocks import GRAD, block_case, screening
 from .frontends.torch_block_calls import RANK, SINGLE, layer_tensors, make_opaque, opaque_layers, tp_group_ranks
 from .ops import block_calls as bc
+from .frontends.torch_tail_calls import opaque_updates
 from .relations.spec import Partial, parse_relation
+from .step_tail import proved_updates, prove_classes, update_classes
 
 __all__ = ["verify_step"]
+
+TAIL_UPDATES = True
+"""Each parameter's optimizer update one opaque call proved once per class (step_tail.py);
+False: the updates traced op by op (before)."""
 
 
 def _proved(report) -> bool:
@@ -162,14 +172,17 @@ def verify_step(case, layers_of: Callable = lambda model: list(model.layers), gr
         return _full_trace(case, f"a block contract is not proved ({stack.reason})", confirm_draws, fixes, blocks)
     t_contracts = time.perf_counter()
     try:
-        report = _tail(case, order, table, layers_of, group_of, confirm_draws, fixes)
+        report, updates = _tail(case, order, table, layers_of, group_of, confirm_draws, fixes)
     except Exception as exc:  # noqa: BLE001  (e.g. a layer called with more than one input): the full trace decides
         return _full_trace(case, f"the tail could not be captured with opaque layers: {type(exc).__name__}: {exc}",
                            confirm_draws, fixes, blocks)
     if not _proved(report):
         return _full_trace(case, f"the tail with the contracts is {report.status}: {report.reason}", confirm_draws,
                            fixes, blocks)
-    report.blocks = dict(blocks, tail=f"step tail proved once with {len(order)} opaque layer calls")
+    report.blocks = dict(blocks, tail=f"step tail proved once with {len(order)} opaque layer calls" + (
+        f" and {sum(u['parameters'] for u in updates)} opaque parameter updates in {len(updates)} classes"
+        f" ({sum(u['proved'] for u in updates)} proved)"
+        if updates else ""), **({"updates": updates} if updates else {}))
     end = time.perf_counter()
     report.stats.update(wall_seconds=round(end - t0, 4), screen_seconds=round(t_screen - t0, 4),
                         contract_seconds=round(t_contracts - t_screen, 4), tail_seconds=round(end - t_contracts, 4))
@@ -192,10 +205,14 @@ def _tail(case, order, table, layers_of, group_of, confirm_draws, fixes):
     opaque = replace(case, distributed=distributed)
     bc.CONTRACTS.update(table)
     try:
-        with opaque_layers(layers_of(case.single), order, SINGLE, lambda layer: [0]):
+        with opaque_layers(layers_of(case.single), order, SINGLE, lambda layer: [0]), \
+                opaque_updates() if TAIL_UPDATES else contextlib.nullcontext():
             p = prepare(opaque, case.world_size)
-        # confirmation by execution runs p.case: the real step, not the opaque one
-        return verify_prepared(replace(p, case=case), confirm_draws=confirm_draws, fixes=fixes)
+        with proved_updates():
+            updates = prove_classes(update_classes(p), case.world_size) if TAIL_UPDATES else []
+            # confirmation by execution runs p.case: the real step, not the opaque one
+            report = verify_prepared(replace(p, case=case), confirm_draws=confirm_draws, fixes=fixes)
+        return report, updates
     finally:
         for key in table:
             bc.CONTRACTS.pop(key, None)

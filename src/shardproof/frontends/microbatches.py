@@ -36,9 +36,9 @@ from dataclasses import replace
 
 import torch
 
-from .rank_classes import OpRecord, _current_microbatch, plain_step
+from .rank_classes import OpRecord, _collectives, _current_microbatch, plain_step
 from .torch_capture import fake_world, from_fx
-from .torch_collectives import ASYNC_ISSUED, COLLECTIVE_PREFIXES, functional_collectives
+from .torch_collectives import ASYNC_ISSUED, functional_collectives
 from .torch_p2p import PIPELINE_META, attach_events, recording as p2p_recording
 
 MIN_SAVED = 2  # derive only where at least this many microbatches are not traced (bench: deriving one
@@ -391,9 +391,7 @@ def capture_loop(make_program, rank: int, world: int, data: dict, train, events:
         if not _agrees(gm, values, full[3]):
             return None
         graph = from_fx(gm.graph, list(full[1]), full[2], f"rank {rank}", layouts)
-    groups = [n.args[-1] for n in graph.nodes if n.op.startswith(COLLECTIVE_PREFIXES) and n.args
-              and isinstance(n.args[-1], tuple)]
-    if groups != full[0].groups:
+    if [tuple(n.args[-1]) for n in _collectives(graph)] != full[0].groups:
         return None
     attach_events(graph, full[4], gm.graph)
     graph.stated, graph.stated_inputs = dict(traced.stated), dict(traced.stated_inputs)

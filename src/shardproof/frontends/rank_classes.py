@@ -92,6 +92,9 @@ class OpRecord(TorchDispatchMode):
         if op.startswith(COLLECTIVE_PREFIXES) and args and isinstance(args[-1], str):
             self.groups.append(group_ranks(args[-1]))
             args = args[:-1] + ("<group>",)
+        elif op.startswith(OPAQUE_CALLS) and args and isinstance(args[-1], (list, tuple)):
+            self.groups.append(tuple(args[-1]))  # an opaque layer call's group: its global ranks
+            args = args[:-1] + ("<group>",)
         return out, op, args
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -171,15 +174,19 @@ def derivable(graph: Graph, fp: Fingerprint) -> bool:
     """Whether `graph` (the representative's capture) can stand for its class: its collective
     nodes' groups are its record's, in order, and nothing rank-specific beyond them was
     recorded at capture (point-to-point events, defects)."""
-    groups = [n.args[-1] for n in _collectives(graph)]
+    groups = [tuple(n.args[-1]) for n in _collectives(graph)]
     events = getattr(graph.events, "events", None) or []
     return groups == fp.groups and not any(n.defects for n in graph.nodes) and not any(
         getattr(e, "peer", None) is not None for e in events)
 
 
+OPAQUE_CALLS = ("shardproof_blocks.",)
+"""Ops that take their group as a list of global ranks (frontends/torch_block_calls.py)."""
+
+
 def _collectives(graph: Graph) -> list:
-    return [n for n in graph.nodes if n.op.startswith(COLLECTIVE_PREFIXES) and n.args
-            and isinstance(n.args[-1], tuple)]
+    return [n for n in graph.nodes if n.args and (n.op.startswith(COLLECTIVE_PREFIXES) and isinstance(n.args[-1], tuple)
+                                                   or n.op.startswith(OPAQUE_CALLS) and isinstance(n.args[-1], (list, tuple)))]
 
 
 def _remap(value, env):

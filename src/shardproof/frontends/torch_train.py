@@ -37,8 +37,19 @@ STATE_SEP = ":"
 
 # ---------------------------------------------------------------- functional optimizer pieces
 
+OPAQUE_UPDATE: list = [None]
+"""While set (frontends/torch_tail_calls.opaque_updates): what optimizer_update calls instead."""
+
+
 def optimizer_update(param: torch.Tensor, grad: torch.Tensor, state: dict, optimizer) -> torch.Tensor:
     """The parameter after one step of `optimizer` (SGD or AdamW, as torch.optim computes it)."""
+    if OPAQUE_UPDATE[0] is not None:
+        return OPAQUE_UPDATE[0](param, grad, state, optimizer)
+    return plain_update(param, grad, state, optimizer)
+
+
+def plain_update(param: torch.Tensor, grad: torch.Tensor, state: dict, optimizer) -> torch.Tensor:
+    """:func:`optimizer_update` as elementwise torch ops."""
     if isinstance(optimizer, SGD):
         g = grad + optimizer.weight_decay * param if optimizer.weight_decay else grad
         if optimizer.momentum:

@@ -130,4 +130,5 @@ def load_builtin() -> None:
         from . import complex_ops  # noqa: F401
         from . import attention_merge  # noqa: F401
         from . import block_calls  # noqa: F401
+        from . import tail_calls  # noqa: F401
         from ..algebra import lemmas, lemmas_rows, masks, normal, padding, picks  # noqa: F401  (pattern lemmas register themselves)

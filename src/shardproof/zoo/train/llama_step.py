@@ -7,9 +7,14 @@ Bugs (layer `buggy_layer` only):
   with an identity backward): every layer below it gets a partial-sum gradient.
 - ``no-dp-reduce`` (in the step's tail, not in the layer): that layer's parameter gradients
   are never all-reduced over dp (each dp replica updates with its own batch's gradient).
+- ``lr`` / ``weight-decay`` (tail): that layer's parameters are updated with twice the
+  learning rate / another weight decay than the step's optimizer.
+- ``no-clip`` (tail): that layer's ``wq`` gradient is left out of the clipping (not scaled by
+  the clipping coefficient; the norm still counts it).
 Not a zoo case itself: tests/cases/step_llama*.py are."""
 import os
 import sys
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -21,6 +26,7 @@ from mini_megatron import Mesh, MegatronTraining, dp_shard, regression_batch, to
 from shardproof import AdamW, Case, Train  # noqa: E402
 
 SEQ, MB_ROWS = 4, 2
+PARAMS = ("attention_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w3", "w2")  # each layer's, in order
 
 
 class _Identity(torch.autograd.Function):
@@ -59,6 +65,22 @@ class ParallelLlamaStep(MegatronTraining, nn.Module):
         skip = f"layers.{self.buggy_layer}."
         reduced = super().reduce_gradients({n: g for n, g in grads.items() if not n.startswith(skip)})
         return {n: reduced.get(n, g) for n, g in grads.items()}
+
+    def update(self, params, grads, state, train):
+        other = {"lr": {"lr": 2 * train.optimizer.lr}, "weight-decay": {"weight_decay": 0.5}}.get(self.bug)
+        if other is None:
+            return super().update(params, grads, state, train)
+        mine = f"layers.{self.buggy_layer}."
+        changed = replace(train, optimizer=replace(train.optimizer, **other))
+        return {n: super(ParallelLlamaStep, self).update({n: p}, grads, state, changed if n.startswith(mine) else train)[n]
+                for n, p in params.items()}
+
+    def clip(self, grads, train):
+        clipped = super().clip(grads, train)
+        if self.bug == "no-clip":
+            skip = f"layers.{self.buggy_layer}.wq.weight"
+            clipped[skip] = grads[skip]
+        return clipped
 
     def forward(self, x):
         for layer in self.layers:
