@@ -149,6 +149,7 @@ def test_vocabulary_tail_in_chunks_is_the_whole_run(prepared, monkeypatch):
     sinks = {s.node.name: s for s in plan.sinks.values()}
     assert set(sinks) == {"max_1", "index", "sum_1"} and all(s.n > 1 for s in sinks.values())
     assert {n.name for n in sinks["sum_1"].cone} == {"mm", "view", "clone", "sub", "exp", "copy"}
+    assert [n.name for n in sinks["index"].fused] == ["sum_1"]  # after max's all-reduce: one pass for both
     _same(whole, _run(p, 3, True), exact=False)
 
 

@@ -149,6 +149,8 @@ class Sink:
     n: int
     cone: list
     piece_bytes: int = 0
+    fused: list = field(default_factory=list)
+    """Later sinks run in the same chunks (their cones overlap, their other operands are ready)."""
 
 
 @dataclass
@@ -159,6 +161,8 @@ class ChunkPlan:
     sinks: dict = field(default_factory=dict)
     whole: set = field(default_factory=set)
     dead: set = field(default_factory=set)
+    early: dict = field(default_factory=dict)
+    """A sink run with an earlier one (:attr:`Sink.fused`) -> that sink's node."""
 
     def reads(self) -> dict:
         """node held whole -> the sinks (nodes) that read it through a lazy value (its last use
@@ -301,7 +305,27 @@ def plan_chunks(graph: Graph, big: int | None = None, piece: int | None = None) 
             continue
         plan.sinks[node] = Sink(node, chosen[0], cone, chosen[1])
     _drop_unchunked(plan, graph)
+    _fuse(plan, graph)
     return plan
+
+
+def _fuse(plan: ChunkPlan, graph: Graph) -> None:
+    """A later sink whose cone overlaps an earlier one's, with the same chunks, and whose
+    other operands are all made before the earlier sink, runs in the earlier sink's chunks."""
+    index = {n: i for i, n in enumerate(graph.nodes)}
+    sinks = sorted(plan.sinks.values(), key=lambda s: index[s.node])
+    for k, s in enumerate(sinks):
+        if s.node in plan.early:
+            continue
+        cone = set(s.cone)
+        for t in sinks[k + 1:]:
+            outside = [x for y in t.cone + [t.node] for x in y.inputs if x not in plan.lazy]
+            if (t.node not in plan.early and t.n == s.n and cone & set(t.cone) and
+                    all(index[x] < index[s.node] for x in outside)):
+                s.fused.append(t.node)
+                plan.early[t.node] = s.node
+                cone |= set(t.cone)
+                s.piece_bytes = sum(held_bytes(x.type) for x in cone) // s.n  # one chunk of each, at once
 
 
 def _drop_unchunked(plan: ChunkPlan, graph: Graph) -> None:
@@ -362,7 +386,8 @@ class Lazy:
         n = (_choose(self.node, cone, self.run.plan.lazy, CHUNK_BYTES) or (1, 0))[0]
         if not all(_fits(x, n, self.run.plan.lazy) for x in cone + [self.node]):
             n = 1
-        return self.run.coerce(self.node, self.run.run_sink(Sink(self.node, n, cone)), self.node.type)
+        value = self.run.run_sink(Sink(self.node, n, cone))[self.node]
+        return self.run.coerce(self.node, value, self.node.type)
 
 
 class ChunkRun:
@@ -375,22 +400,34 @@ class ChunkRun:
     def __init__(self, plan: ChunkPlan, value, run, coerce, draw_range=None):
         self.plan, self.value, self.run, self.coerce, self.draw_range = plan, value, run, coerce, draw_range
 
-    def run_sink(self, sink: Sink):
-        node, n = sink.node, sink.n
-        if node.op == "aten.index" and node not in self.plan.lazy:
-            return self._gather(node, n)
+    def run_sink(self, sink: Sink) -> dict:
+        """The results of the sink and of the later sinks run with it (node -> value), a chunk
+        at a time: the lazy values of chunk i are computed once for all of them."""
+        members = [sink.node] + list(sink.fused)
+        state: dict = {m: None for m in members}
+        for i in range(sink.n):
+            memo: dict = {}
+            for m in members:
+                step = self._gather_step if m.op == "aten.index" and m not in self.plan.lazy else self._put_step
+                state[m] = step(m, i, sink.n, memo, state[m])
+        return {m: (state[m][2] if m.op == "aten.index" and m not in self.plan.lazy else self._assembled(m, state[m]))
+                for m in members}
+
+    def _put_step(self, node: Node, i: int, n: int, memo: dict, outs):
         types = node.type if isinstance(node.type, tuple) else (node.type,)
-        outs = None
-        for i in range(n):
-            piece = self._compute(node, i, n, {})
-            parts = piece if isinstance(piece, (tuple, list)) else (piece,)
-            if outs is None:
-                outs = [torch.empty(ty.shape, dtype=p.dtype, device=p.device) if isinstance(ty, TensorType) and
-                        torch.is_tensor(p) else None for ty, p in zip(types, parts)]
-            for out, ty, p in zip(outs, types, parts):
-                if out is not None:
-                    pc = block(tuple(ty.shape), n)
-                    out[block_index(tuple(ty.shape), pc, i)] = p.reshape(block_shape(tuple(ty.shape), pc))
+        piece = self._compute(node, i, n, memo)
+        parts = piece if isinstance(piece, (tuple, list)) else (piece,)
+        if outs is None:
+            outs = [torch.empty(ty.shape, dtype=p.dtype, device=p.device) if isinstance(ty, TensorType) and
+                    torch.is_tensor(p) else None for ty, p in zip(types, parts)]
+        for out, ty, p in zip(outs, types, parts):
+            if out is not None:
+                pc = block(tuple(ty.shape), n)
+                out[block_index(tuple(ty.shape), pc, i)] = p.reshape(block_shape(tuple(ty.shape), pc))
+        return outs
+
+    @staticmethod
+    def _assembled(node: Node, outs):
         return tuple(outs) if isinstance(node.type, tuple) else outs[0]
 
     def _piece(self, x: Node, i: int, n: int, memo: dict):
@@ -454,24 +491,23 @@ class ChunkRun:
             return self.run(node, head + (a, b) + tuple(args[k + 2:]), kwargs, None)
         raise ValueError(f"{node.op} at %{node.name} is not run in chunks")
 
-    def _gather(self, node: Node, n: int):
-        """``index(x, [i0, i1, ...])`` over a lazy `x` chunked by rows: each chunk answers the
-        indices that fall in its rows."""
-        x, idx = node.args[0], [self.value(j) for j in node.args[1]]
-        rows = _shape(x)[0]
+    def _gather_step(self, node: Node, i: int, n: int, memo: dict, state):
+        """``index(x, [i0, i1, ...])`` over a lazy `x` chunked by rows: chunk i answers the
+        indices that fall in its rows. `state`: (row indices, the other indices, the result)."""
+        x = node.args[0]
         c = block(_shape(x), n)[1]
-        i0 = torch.remainder(idx[0], rows)
-        out = None
-        for i in range(n):
-            sel = (i0 >= i * c) & (i0 < (i + 1) * c)
-            if not bool(sel.any()) and not (i == n - 1 and out is None):
-                continue
-            piece = self._piece(x, i, n, {})
-            part = self.run(node, (piece, [i0[sel] - i * c] + [j[sel] for j in idx[1:]]), dict(node.kwargs), None)
+        if state is None:
+            idx = [self.value(j) for j in node.args[1]]
+            state = (torch.remainder(idx[0], _shape(x)[0]), idx[1:], None)
+        i0, rest, out = state
+        sel = (i0 >= i * c) & (i0 < (i + 1) * c)
+        if bool(sel.any()) or (i == n - 1 and out is None):
+            piece = self._piece(x, i, n, memo)
+            part = self.run(node, (piece, [i0[sel] - i * c] + [j[sel] for j in rest]), dict(node.kwargs), None)
             if out is None:
                 out = torch.empty((i0.shape[0],) + tuple(part.shape[1:]), dtype=part.dtype, device=part.device)
             out[sel] = part
-        return out
+        return i0, rest, out
 
 
 def _piece_type(ty, n: int):

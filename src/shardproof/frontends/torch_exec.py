@@ -231,6 +231,7 @@ class _Runner:
             for x in n.inputs:
                 last[x] = i
         self.plan = plan_chunks(graph) if chunks else None
+        self.early: dict = {}  # results of sinks run in an earlier sink's chunks
         for x, sinks in (self.plan.reads() if self.plan is not None else {}).items():  # read by a sink's chunks
             last[x] = max([last[x]] + [self.index[s] for s in sinks])
         keep = set(graph.outputs.values())
@@ -265,10 +266,13 @@ class _Runner:
             return Lazy(node, self._chunk_run(env))
         if self.plan is not None and node in self.plan.dead:  # reads a lazy value, read by nothing
             return None
+        if self.plan is not None and node in self.plan.early:  # run in an earlier sink's chunks
+            return _coerce(self.early.pop(node), node.type, node, self._rounding(node), self.device)
         try:
             with torch.no_grad():
                 if self.plan is not None and node in self.plan.sinks:  # a chunk at a time (torch_chunks.py)
-                    out = self._chunk_run(env).run_sink(self.plan.sinks[node])
+                    self.early.update(self._chunk_run(env).run_sink(self.plan.sinks[node]))
+                    out = self.early.pop(node)
                 else:
                     args, kwargs = _resolve(node.args, env), _resolve(node.kwargs, env)
                     out = _run_op(node, args, kwargs, self._draw(node))
