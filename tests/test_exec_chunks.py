@@ -218,12 +218,12 @@ def test_estimate_counts_one_chunk(prepared, monkeypatch):
 def test_verified_and_confirmed_with_chunks(dumps, monkeypatch):
     """A confirmation that fits only chunked runs chunked, and is confirmed."""
     import shardproof.api_confirm as api_confirm
-    _small(monkeypatch, 3000, 1024)
+    _small(monkeypatch, 2000, 256)
     p = prepare_dumps(*dumps["att"])
     from shardproof.frontends.torch_stream import fitting, held_as_declared
     with held_as_declared():
-        need = estimate_bytes(p.seq, p.dist, stream=True, chunks=True)[0]
-    assert fitting(p.seq, p.dist, need)[3] == {"stream": True, "precision": "declared", "chunks": True}
+        need = estimate_bytes(p.seq, p.dist, chunks=True)[0]
+    assert fitting(p.seq, p.dist, need)[3] == {"precision": "declared", "chunks": True}
     monkeypatch.setattr(api_confirm, "EXEC_BYTES", need)
     report = verify_dumps(*dumps["att"])
     c = report.confirmation
