@@ -180,6 +180,28 @@ def test_elementwise_chunks_are_bitwise(tmp_path, monkeypatch):
     np.testing.assert_array_equal(np.concatenate([r["sum_1"] for r in chunked[1]]), chunked[0]["sum_1"])
 
 
+def test_a_node_that_cannot_take_chunks_gets_the_value_whole(tmp_path, monkeypatch):
+    """A permute of a lazy value is not chunk-independent over the leading dim: the value
+    is assembled whole before it (its own inputs kept alive until then), as the whole run."""
+    seq = _rows(8).replace("        return (sum_1,)", '''        perm: "f32[16, 16, 8]" = torch.ops.aten.permute.default(getitem, [2, 1, 0])
+        sum_2: "f32[16, 16]" = torch.ops.aten.sum.dim_IntList(perm, [-1])
+        add: "f32[16, 16]" = torch.ops.aten.add.Tensor(sum_2, 1.0)
+        return (sum_1, add)''')
+    ranks = [_rows(4).replace("        return (sum_1,)", '''        perm: "f32[16, 16, 4]" = torch.ops.aten.permute.default(getitem, [2, 1, 0])
+        sum_2: "f32[16, 16]" = torch.ops.aten.sum.dim_IntList(perm, [-1])
+        ar: "f32[16, 16]" = torch.ops._c10d_functional.all_reduce.default(sum_2, "sum", "0")
+        w: "f32[16, 16]" = torch.ops._c10d_functional.wait_tensor.default(ar)
+        add: "f32[16, 16]" = torch.ops.aten.add.Tensor(w, 1.0)
+        return (sum_1, add)''')] * 2
+    p = prepare_dumps(*_pair(tmp_path, "perm", seq, ranks,
+                             "inputs:\n  x: Shard(0)\nexpect:\n  sum_1: Shard(0)\n  add: Replicate()\n"))
+    whole = _run(p, 6, False)
+    _small(monkeypatch, 2048, 1024)
+    plan = plan_chunks(p.seq)
+    assert {n.name for n in plan.whole} == {"getitem"} and "sum_1" in {s.node.name for s in plan.sinks.values()}
+    _same(whole, _run(p, 6, True), exact=True)
+
+
 def test_blocks_of_a_shape():
     assert block((8, 24, 6, 6), 32) == (1, 6) and block((8, 24, 6, 6), 8) == (0, 1)
     assert block((8, 24, 6, 6), 8 * 24 * 2) == (2, 3) and block((8, 24, 6, 6), 7) is None

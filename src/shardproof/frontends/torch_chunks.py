@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..engine.rng import RANDOM_OPS
 from ..ir.graph import Graph, Node, TensorType
 from ..ops.registry import lookup
 from .torch_exec_ops import HELD
@@ -129,6 +130,8 @@ def _kind(node: Node) -> str | None:
         return "fill"
     if op in DROPOUT:
         return "dropout"
+    if op in RANDOM_OPS:  # other random ops draw their own way: run whole
+        return None
     if op in MATMUL:
         return "matmul"
     if op == "aten.index":
@@ -163,6 +166,8 @@ class ChunkPlan:
     dead: set = field(default_factory=set)
     early: dict = field(default_factory=dict)
     """A sink run with an earlier one (:attr:`Sink.fused`) -> that sink's node."""
+    needed: dict = field(default_factory=dict)
+    """A lazy value in :attr:`whole` -> the nodes that read it whole."""
 
     def reads(self) -> dict:
         """node held whole -> the sinks (nodes) that read it through a lazy value (its last use
@@ -173,6 +178,11 @@ class ChunkPlan:
                 for x in c.inputs:
                     if x not in self.lazy:
                         out.setdefault(x, []).append(s.node)
+        for w, readers in self.needed.items():  # assembled whole when its first reader runs
+            for c in _cone(w, self.lazy) + [w]:
+                for x in c.inputs:
+                    if x not in self.lazy:
+                        out.setdefault(x, []).extend(readers)
         return out
 
 
@@ -207,12 +217,19 @@ def _fits(node: Node, n: int, lazy: set) -> bool:
     if kind is None or shape is None or pc is None:
         return False
     args = node.args
-    if kind in ("flat", "getitem", "fill"):
-        return kind == "fill" or _pc(args[0], n) is not None
+    if kind == "getitem":
+        return _pc(args[0], n) is not None
+    if kind == "fill":
+        return bool(args) and isinstance(args[0], (list, tuple))
+    if kind == "flat":  # a reshape keeps the order of the elements (not a view as another dtype)
+        xs = _shape(args[0]) if args and isinstance(args[0], Node) else None
+        return (xs is not None and math.prod(xs) == math.prod(shape) and _pc(args[0], n) is not None
+                and (node.op not in FLAT or len(args) < 2 or not isinstance(args[1], str)))
     if kind in ("pointwise", "dropout"):
         return all(not _lazy_arg(x, lazy) or _shape(x) == shape for x in node.inputs)
     if kind == "softmax":
-        return _shape(args[0]) == shape and _dims(args[1], len(shape))[0] > pc[0]
+        return (len(args) > 1 and isinstance(args[1], int) and _shape(args[0]) == shape and
+                _dims(args[1], len(shape))[0] > pc[0])
     if kind == "reduce":
         x = args[0]
         xs, xpc = _shape(x), _pc(x, n)
@@ -225,8 +242,7 @@ def _fits(node: Node, n: int, lazy: set) -> bool:
         x, idx = args[0], args[1] if len(args) > 1 else None
         xpc = _pc(x, n) if isinstance(x, Node) else None
         return (xpc is not None and xpc[0] == 0 and isinstance(idx, (list, tuple)) and idx and
-                isinstance(idx[0], Node) and all(i is None or (isinstance(i, Node) and i not in lazy and
-                                                               _shape(i) == _shape(idx[0])) for i in idx)
+                all(isinstance(i, Node) and i not in lazy and _shape(i) == _shape(idx[0]) for i in idx)
                 and len(_shape(idx[0]) or ()) == 1)
     return False
 
@@ -302,6 +318,8 @@ def plan_chunks(graph: Graph, big: int | None = None, piece: int | None = None) 
         chosen = _choose(node, cone, lazy, piece) if kind is not None else None
         if chosen is None:
             plan.whole.update(reads)
+            for r in reads:
+                plan.needed.setdefault(r, []).append(node)
             continue
         plan.sinks[node] = Sink(node, chosen[0], cone, chosen[1])
     _drop_unchunked(plan, graph)
@@ -338,6 +356,7 @@ def _drop_unchunked(plan: ChunkPlan, graph: Graph) -> None:
     for node in list(plan.whole):
         if node not in plan.lazy:
             plan.whole.discard(node)
+            plan.needed.pop(node, None)
 
 
 def peak_bytes(graph: Graph, plan: ChunkPlan | None) -> tuple[int, str, int]:
