@@ -258,7 +258,9 @@ class _Runner:
                 raise NotExecutable("input", f"no value given for input {node.name}", node.name)
             # a copy: programs may write into their inputs, and the caller's arrays are shared
             # between the single-device program and the ranks that replicate them
-            value = torch.tensor(np.asarray(self.inputs[node.name]), device=self.device)
+            value = torch.as_tensor(np.asarray(self.inputs[node.name]), device=self.device)
+            held = HELD.get(getattr(node.type, "dtype", None))
+            value = value.clone() if held is None or value.dtype == held else value.to(held)  # one copy, as held
             return _coerce(value, node.type, node, self.every, self.device)
         if node.op == "constant":
             return _constant(node, self.device)
