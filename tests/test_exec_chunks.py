@@ -250,3 +250,4 @@ def test_verified_and_confirmed_with_chunks(dumps, monkeypatch):
     report = verify_dumps(*dumps["att"])
     c = report.confirmation
     assert report.status == "verified" and c.outcome == "confirmed", (report.status, c)
+    assert "a chunk at a time" in c.detail and "a chunk at a time" in report.to_json()["confirmation"]["detail"]

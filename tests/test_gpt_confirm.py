@@ -89,3 +89,4 @@ def test_gpt_pair_is_verified_and_confirmed_with_corresponding_dropout():
     c = report.confirmation
     assert report.status == "verified" and (c.by, c.outcome, c.draws) == ("torch", "confirmed", 1), (report, c)
     assert [(o.name, o.holds) for o in report.outputs] == [("div_2", "Replicate()")]
+    assert "a chunk at a time" in c.detail  # the attention scores and logits were never held whole
