@@ -32,6 +32,8 @@ def confirm(p: Prepared, report: Report, draws: int = CONFIRM_DRAWS) -> Report:
         runs = _execute(p, [None] + list(range(1, draws + 1)))
         conf = judge(p.seq, p.dist, p.bindings, report.outputs, runs, by, time.perf_counter() - t0)
         conf.seconds = round(time.perf_counter() - t0, 3)  # the runs too (dumps: executed as judged)
+        if conf.outcome == "confirmed" and getattr(runs, "chunked", False):
+            conf.detail = CHUNKED
     except Unconfirmable as exc:
         conf = Confirmation(by, 0, "skipped", str(exc), round(time.perf_counter() - t0, 3))
     return settle(report, conf)
@@ -84,7 +86,21 @@ def _execute_graphs(p: Prepared, seeds: list) -> list:
                             f"{name}, is {size / 2**20:.0f} MiB)")
     if need > EXEC_BYTES_PER_DRAW:  # a large graph: one value set (the report says how many ran)
         seeds = seeds[:1]
-    return _graph_runs(p, torch_exec, len(seeds), how)
+    return _Runs(_graph_runs(p, torch_exec, len(seeds), how), bool(how.get("chunks")))
+
+
+CHUNKED = ("executed with torch's kernels, the largest values a chunk at a time (the same ops on the same "
+           "values, never held whole: frontends/torch_chunks.py)")
+
+
+class _Runs:
+    """The value sets' runs, and whether the largest values were computed a chunk at a time."""
+
+    def __init__(self, runs, chunked: bool):
+        self.runs, self.chunked = runs, chunked
+
+    def __iter__(self):
+        return iter(self.runs)
 
 
 def _graph_runs(p: Prepared, torch_exec, n: int, how: dict | None = None):

@@ -55,6 +55,7 @@ from ..engine.rng import RANDOM_OPS as RANDOM
 from ..ops.registry import lookup
 from ..ir.graph import DistributedProgram, Graph, Node, TensorType
 from .torch_exec_ops import COLLECTIVES, FRAMEWORK, HELD, LOW_PRECISION, PYTHON, XLA
+from .torch_chunks import ChunkRun, Lazy, peak_bytes, plan_chunks
 from .torch_stream import Spill, Spilled, held_as_declared, unspill
 
 __all__ = ["NotExecutable", "execute", "estimate_bytes", "draw_inputs", "draw_program_inputs"]
@@ -178,6 +179,8 @@ def _coerce(value, ty, node: Node, rounding: bool, device):
 def _resolve(value, env: dict):
     if isinstance(value, Node):
         found = env[value]
+        if isinstance(found, Lazy):  # a node that cannot take it in chunks: assembled whole
+            env[value] = found = found.whole()
         return unspill(found, env, value) if isinstance(found, Spilled) else found
     if isinstance(value, (list, tuple)):
         return type(value)(_resolve(v, env) for v in value)
@@ -217,7 +220,8 @@ def _constant(node: Node, device):
 class _Runner:
     """Runs one graph's local nodes, freeing each value after its last use."""
 
-    def __init__(self, graph: Graph, inputs: dict, rounding: str, device, randomness=None, rank=None, spill=None):
+    def __init__(self, graph: Graph, inputs: dict, rounding: str, device, randomness=None, rank=None, spill=None,
+                 chunks: bool = False):
         self.graph, self.inputs, self.device = graph, inputs, device
         self.randomness, self.rank, self.spill = randomness, rank, spill
         self.every, self.never = rounding == "every", rounding == "none"
@@ -226,6 +230,10 @@ class _Runner:
         for i, n in enumerate(graph.nodes):
             for x in n.inputs:
                 last[x] = i
+        self.plan = plan_chunks(graph) if chunks else None
+        self.early: dict = {}  # results of sinks run in an earlier sink's chunks
+        for x, sinks in (self.plan.reads() if self.plan is not None else {}).items():  # read by a sink's chunks
+            last[x] = max([last[x]] + [self.index[s] for s in sinks])
         keep = set(graph.outputs.values())
         self.dies: dict[int, list[Node]] = {}
         for n, i in last.items():
@@ -250,22 +258,47 @@ class _Runner:
                 raise NotExecutable("input", f"no value given for input {node.name}", node.name)
             # a copy: programs may write into their inputs, and the caller's arrays are shared
             # between the single-device program and the ranks that replicate them
-            value = torch.tensor(np.asarray(self.inputs[node.name]), device=self.device)
+            value = torch.as_tensor(np.asarray(self.inputs[node.name]), device=self.device)
+            held = HELD.get(getattr(node.type, "dtype", None))
+            value = value.clone() if held is None or value.dtype == held else value.to(held)  # one copy, as held
             return _coerce(value, node.type, node, self.every, self.device)
         if node.op == "constant":
             return _constant(node, self.device)
-        args, kwargs = _resolve(node.args, env), _resolve(node.kwargs, env)
+        if self.plan is not None and node in self.plan.lazy:
+            return Lazy(node, self._chunk_run(env))
+        if self.plan is not None and node in self.plan.dead:  # reads a lazy value, read by nothing
+            return None
+        if self.plan is not None and node in self.plan.early:  # run in an earlier sink's chunks
+            return _coerce(self.early.pop(node), node.type, node, self._rounding(node), self.device)
         try:
             with torch.no_grad():
-                draw = None if self.randomness is None else (lambda: self.randomness.draw(self.rank, node))
-                out = _run_op(node, args, kwargs, draw)
+                if self.plan is not None and node in self.plan.sinks:  # a chunk at a time (torch_chunks.py)
+                    self.early.update(self._chunk_run(env).run_sink(self.plan.sinks[node]))
+                    out = self.early.pop(node)
+                else:
+                    args, kwargs = _resolve(node.args, env), _resolve(node.kwargs, env)
+                    out = _run_op(node, args, kwargs, self._draw(node))
         except NotExecutable:
             raise
         except Exception as exc:  # torch refuses the node: not confirmed, with torch's reason
             raise NotExecutable(node.op, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                                 node.name) from exc
-        rounding = not self.never and (self.every or node.op in CASTS or "dtype" in node.kwargs)
-        return _coerce(out, node.type, node, rounding, self.device)
+        return _coerce(out, node.type, node, self._rounding(node), self.device)
+
+    def _rounding(self, node: Node) -> bool:
+        return not self.never and (self.every or node.op in CASTS or "dtype" in node.kwargs)
+
+    def _draw(self, node: Node):
+        return None if self.randomness is None else (lambda: self.randomness.draw(self.rank, node))
+
+    def _chunk_run(self, env: dict) -> ChunkRun:
+        def draw_range(node, start, count):
+            return self.randomness.draw_range(self.rank, node, start, count)
+
+        def coerce(node, value, ty):
+            return _coerce(value, ty, node, self._rounding(node), self.device)
+        return ChunkRun(self.plan, lambda x: _resolve(x, env), lambda node, a, k, d: _run_op(node, a, k, d), coerce,
+                        None if self.randomness is None else draw_range)
 
 
 def _collective(nodes: list[Node], args: list[tuple]):
@@ -289,9 +322,9 @@ def _numpy(value):
 
 
 def _run(graphs: list[Graph], inputs: list[dict], rounding: str, device, randomness=None,
-         single: bool = False, stream: bool = False) -> list[dict]:
+         single: bool = False, stream: bool = False, chunks: bool = False) -> list[dict]:
     spill = Spill() if stream and len(graphs) > 1 else None
-    runners = [_Runner(g, inputs[r], rounding, device, randomness, None if single else r, spill)
+    runners = [_Runner(g, inputs[r], rounding, device, randomness, None if single else r, spill, chunks)
                for r, g in enumerate(graphs)]
     try:
         result = run_lockstep(graphs, lambda r, n, env: runners[r](r, n, env), _collective)
@@ -308,7 +341,7 @@ def _run(graphs: list[Graph], inputs: list[dict], rounding: str, device, randomn
 def execute(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, np.ndarray],
             rank_inputs: list[dict[str, np.ndarray]], *, round_low_precision: str = "casts",
             device: str = "cpu", randomness=None, seed: int = 0, stream: bool = False,
-            precision: str = "f64") -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+            precision: str = "f64", chunks: bool = False) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
     """Run the single-device graph and every rank's graph with torch's kernels; returns
     (output name -> value, [output name -> value per rank]). Float values come back in
     float64 (see the module docstring); raises :class:`NotExecutable` naming the first node
@@ -318,66 +351,40 @@ def execute(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, np.ndarr
     (value set `seed`, :mod:`.torch_rng`); without it, or where it is blocked, a random op
     is not executable. `stream`: the ranks run one at a time, the others' values on disk
     (:class:`.torch_stream.Spill`); `precision` "declared": f32 values held in float32 (half
-    the memory, :func:`.torch_stream.held_as_declared`)."""
+    the memory, :func:`.torch_stream.held_as_declared`); `chunks`: the largest values are computed
+    a chunk at a time and never held whole (:mod:`.torch_chunks`)."""
     if precision == "declared":
         with held_as_declared():
             return execute(seq, dist, seq_inputs, rank_inputs, round_low_precision=round_low_precision,
-                           device=device, randomness=randomness, seed=seed, stream=stream)
+                           device=device, randomness=randomness, seed=seed, stream=stream, chunks=chunks)
     if round_low_precision not in ("casts", "every", "none"):
         raise ValueError("round_low_precision is 'casts', 'every' or 'none'")
     if randomness is not None and randomness.blocked:
         raise NotExecutable("random op", randomness.blocked)
     from .torch_rng import Randomness
     rng = None if randomness is None else Randomness(randomness, seed, device)
-    single = _run([seq], [seq_inputs], round_low_precision, device, rng, single=True)[0]
-    ranks = _run(dist.graphs, rank_inputs, round_low_precision, device, rng, stream=stream)
+    single = _run([seq], [seq_inputs], round_low_precision, device, rng, single=True, chunks=chunks)[0]
+    ranks = _run(dist.graphs, rank_inputs, round_low_precision, device, rng, stream=stream, chunks=chunks)
     return single, ranks
 
 
 # ------------------------------------------------------------------ memory
 
 
-def _held_bytes(ty) -> int:
-    if isinstance(ty, tuple):
-        return sum(_held_bytes(t) for t in ty if t is not None)
-    if not isinstance(ty, TensorType):
-        return 0
-    held = HELD.get(ty.dtype, torch.float64)
-    return ty.numel * held.itemsize
-
-
-def _graph_peak(graph: Graph) -> tuple[int, str, int]:
-    last = {n: i for i, n in enumerate(graph.nodes)}
-    for i, n in enumerate(graph.nodes):
-        for x in n.inputs:
-            last[x] = i
-    for n in graph.outputs.values():
-        last[n] = len(graph.nodes)
-    live, peak, big = 0, 0, ("", 0)
-    dies: dict[int, int] = {}
-    for i, n in enumerate(graph.nodes):
-        size = _held_bytes(n.type)
-        if size > big[1]:
-            big = (n.name, size)
-        live += size
-        peak = max(peak, live)
-        dies[last[n]] = dies.get(last[n], 0) + size
-        live -= dies.pop(i, 0)
-    return peak, big[0], big[1]
-
-
-def estimate_bytes(seq: Graph, dist: DistributedProgram, stream: bool = False) -> tuple[int, str, int]:
+def estimate_bytes(seq: Graph, dist: DistributedProgram, stream: bool = False,
+                   chunks: bool = False) -> tuple[int, str, int]:
     """(peak bytes an :func:`execute` run needs, the largest tensor's node name, its bytes).
 
     Each graph's peak of live values (freed after their last use, float values at 8 bytes
     per element -- 4 within :func:`~.torch_stream.held_as_declared` for f32; views counted
     as copies, so an upper bound) -- the single-device graph alone, then every rank at its
     peak at once (ranks run interleaved), or with `stream` the largest rank's alone (ranks
-    one at a time; a collective's operands not counted)."""
-    seq_peak, name, size = _graph_peak(seq)
+    one at a time; a collective's operands not counted). With `chunks`, values computed a
+    chunk at a time count one chunk (:func:`.torch_chunks.peak_bytes`)."""
+    seq_peak, name, size = peak_bytes(seq, plan_chunks(seq) if chunks else None)
     total = 0
     for g in dist.graphs:
-        peak, n, s = _graph_peak(g)
+        peak, n, s = peak_bytes(g, plan_chunks(g) if chunks else None)
         total = max(total, peak) if stream else total + peak
         if s > size:
             name, size = n, s

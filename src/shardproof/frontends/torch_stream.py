@@ -100,12 +100,16 @@ def fitting(seq, dist, limit: int) -> tuple[int, str, int, dict | None]:
     """The cheapest way to run the programs within `limit` bytes: (the estimated peak, the
     largest tensor's node, its bytes, the :func:`~.torch_exec.execute` options, or None
     when none fits). Tried in order: float64, ranks interleaved; float64, ranks one at a
-    time; floats held as declared, interleaved; the same, ranks one at a time."""
+    time; floats held as declared, interleaved; the same, ranks one at a time; the last two
+    with the largest values computed a chunk at a time (:mod:`.torch_chunks`: they recompute
+    what several sinks read, so they come last)."""
     from .torch_exec import estimate_bytes
     need = None
-    for options in ({}, {"stream": True}, {"precision": "declared"}, {"stream": True, "precision": "declared"}):
+    for options in ({}, {"stream": True}, {"precision": "declared"}, {"stream": True, "precision": "declared"},
+                    {"precision": "declared", "chunks": True}, {"stream": True, "precision": "declared", "chunks": True}):
         with held_as_declared() if options.get("precision") else contextlib.nullcontext():
-            need, name, size = estimate_bytes(seq, dist, stream=bool(options.get("stream")))
+            need, name, size = estimate_bytes(seq, dist, stream=bool(options.get("stream")),
+                                              chunks=bool(options.get("chunks")))
         if need <= limit:
             return need, name, size, options
     return need, name, size, None
