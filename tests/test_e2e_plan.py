@@ -14,6 +14,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "src", "shardproof", "zoo", "train"))
 
 import llama_plan as P  # noqa: E402
+from conftest import validate_report_json  # noqa: E402
 from gloo import run_on_gloo, tp_gradients_agree  # noqa: E402
 from shardproof.plan_e2e import Stage, verify_plan  # noqa: E402
 
@@ -42,7 +43,7 @@ def correct(layers):
     return _plan(layers)
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # gloo processes (3 steps of 8 ranks, a stack of 2): make test-all
 def test_labels_on_gloo():
     """Correct step agrees with the single device; the tail and dp-rank bugs do not; the
     layer bug (same code, same layer, tp2) changes the stack's output."""
@@ -71,7 +72,8 @@ def test_plan_verified_end_to_end(correct):
     assert correct.world_size == 8 and correct.plan["not_covered"]
     # the step's proof covered every rank and every parameter's update
     assert {c["representative"] for c in correct.rank_classes} and all(p["updated"] for p in correct.parameters)
-    assert all(s["wall_seconds"] > 0 and s["peak_rss_mb"] > 0 for s in plan["stages"])
+    assert step["wall_seconds"] > 0 and step["cpu_seconds"] > 0 and all(s["peak_rss_mb"] > 0 for s in plan["stages"])
+    validate_report_json(correct.to_json())  # report.plan is in the schema
 
 
 def test_bug_in_one_layer_located():
