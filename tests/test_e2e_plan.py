@@ -100,3 +100,13 @@ def test_bug_on_one_dp_rank_located(layers):
     assert first.rank == [6, 7]  # dp rank 3 = global ranks 6 and 7 (tp2)
     assert "llama_step.py" in first.source and "microbatch_loss" in first.source
     assert any(6 in c["ranks"] for c in report.rank_classes)
+
+
+def test_terminal_says_what_each_stage_proved_where(correct):
+    from rich.console import Console
+    from shardproof.report.terminal import render
+    console = Console(record=True, width=400)
+    render(correct, console)
+    text = console.export_text()
+    assert "stage layers: verified; proved at real sizes (hidden 128" in text
+    assert "stage step: verified; proved at dp4 tp2 M4" in text and "not the plan's 8" in text
