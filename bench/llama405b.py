@@ -82,12 +82,13 @@ def e2e(args) -> None:
     """The whole plan as one verification (module docstring, ``--e2e``)."""
     spec = P.PlanSpec(layers=args.layers, seq=args.seq, confirm_dp=args.confirm_dp)
     t0 = time.perf_counter()
-    report = P.verify_llama_plan(spec)
-    for s in report.plan["stages"]:
+
+    def show(s):
         print(f"{s['stage']}: {s['status']} -- {s['covers']}\n   proved at {s['proved']}\n   confirmed "
               f"{s['confirmed']}\n   {s.get('wall_seconds', 0):.1f} s wall, {s.get('cpu_seconds', 0):.1f} s CPU, "
               f"peak RSS {s.get('peak_rss_mb', 0)} MB (largest child {s.get('peak_child_rss_mb', 0)} MB)"
-              + (f"\n   {s['reason']}" if s["reason"] else ""))
+              + (f"\n   {s['reason']}" if s["reason"] else ""), flush=True)
+    report = P.verify_llama_plan(spec, on_stage=show)
     print("not covered: " + "; ".join(report.plan["not_covered"]))
     print(f"plan: {report.status}{' (' + report.reason + ')' if report.reason else ''}; "
           f"{time.perf_counter() - t0:.1f} s wall, peak RSS {report.plan['peak_rss_mb']} MB "

@@ -72,9 +72,10 @@ def _failed(stage: Stage, exc: Exception) -> Report:
 
 
 def verify_plan(stages: list[Stage], name: str = "plan", world_size: int = 0, not_covered: list[str] | None = None,
-                stop_at_violation: bool = True) -> Report:
+                stop_at_violation: bool = True, on_stage: Callable[[dict], None] | None = None) -> Report:
     """Run every stage in order and compose their verdicts (module docstring). With
-    `stop_at_violation` the stages after the first violation are not run (listed as such)."""
+    `stop_at_violation` the stages after the first violation are not run (listed as such);
+    `on_stage(entry)` is called as each stage ends (progress)."""
     t0 = time.perf_counter()
     entries, ran = [], []  # ran: (entry, report) of the stages that ran
     for stage in stages:
@@ -90,6 +91,8 @@ def verify_plan(stages: list[Stage], name: str = "plan", world_size: int = 0, no
             report = _failed(stage, exc)
         entries.append(_entry(stage, report, time.perf_counter() - w0, time.process_time() - c0))
         ran.append((entries[-1], report))
+        if on_stage is not None:
+            on_stage(entries[-1])
     bad = next(((e, r) for e, r in ran if r.status == "violation"), None) or \
         next(((e, r) for e, r in ran if r.status != "verified"), None)
     if bad is None and not ran:

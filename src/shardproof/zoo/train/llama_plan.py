@@ -135,6 +135,6 @@ def not_covered(spec: PlanSpec) -> list[str]:
             f"into stage 2's step: stage 2 traces its layer(s) whole)"]
 
 
-def verify_llama_plan(spec: PlanSpec = PlanSpec(), bug: str | None = None, where: int | None = None):
+def verify_llama_plan(spec: PlanSpec = PlanSpec(), bug: str | None = None, where: int | None = None, on_stage=None):
     return verify_plan(stages(spec, bug, where), name=spec.name, world_size=spec.dp * spec.tp,
-                       not_covered=not_covered(spec))
+                       not_covered=not_covered(spec), on_stage=on_stage)
