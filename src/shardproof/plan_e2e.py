@@ -127,8 +127,8 @@ def step_stage(case, confirm_case=None, confirm_draws: int | None = None) -> Rep
     step's verdict is then ``verified`` only if both hold, and the confirmation's detail
     names the world it ran at."""
     from .api import NO_CONFIRM, prepare, verify_prepared
-    report = verify_prepared(prepare(case, case.world_size), confirm_draws=NO_CONFIRM if confirm_case else confirm_draws,
-                             fixes=False)
+    report = verify_prepared(prepare(case, case.world_size),
+                             confirm_draws=NO_CONFIRM if confirm_case else confirm_draws, fixes=False)
     if confirm_case is None or report.status == "violation" or not (report.reason or "").startswith(
             "proved, but not confirmed"):
         return report
@@ -137,5 +137,6 @@ def step_stage(case, confirm_case=None, confirm_draws: int | None = None) -> Rep
     if small.status != "verified":
         return replace(small, reason=f"proved at world {case.world_size}; at world {confirm_case.world_size}: "
                                      f"{small.status}" + (f": {small.reason}" if small.reason else ""))
+    detail = f"{where}; the proof ran at world {case.world_size}"
     return replace(report, status="verified", reason="", strength=small.strength,
-                   confirmation=replace(small.confirmation, detail=f"{where}; the proof ran at world {case.world_size}"))
+                   confirmation=replace(small.confirmation, detail=detail))

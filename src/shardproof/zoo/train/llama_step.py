@@ -82,7 +82,8 @@ def step_case(n_layers=8, dp=2, tp=2, microbatches=2, buggy_layer=None, bug="no-
     full = Stack(full_layers(n_layers, **shapes))
     train = Train(loss=token_mean_loss, optimizer=AdamW(lr=1e-2), microbatches=microbatches, grad_clip=0.5)
     return Case(single=full, distributed=lambda rank, world: ParallelLlamaStep(full, rank, world, tp, buggy_layer, bug),
-                inputs=regression_batch(dp * microbatches * MB_ROWS, SEQ, shapes.get("hidden", HIDDEN)), dist_inputs=dp_shard(tp),
+                inputs=regression_batch(dp * microbatches * MB_ROWS, SEQ, shapes.get("hidden", HIDDEN)),
+                dist_inputs=dp_shard(tp),
                 world_size=dp * tp, train=train,
                 name=f"llama_step_N{n_layers}_dp{dp}_tp{tp}_M{microbatches}" +
                      (f"_{bug}{buggy_layer}" if buggy_layer is not None else ""),
