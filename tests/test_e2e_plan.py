@@ -57,6 +57,7 @@ def test_labels_on_gloo():
     assert worst[0] < 1e-5 and worst[1] > 1e-3, worst
 
 
+@pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)
 def test_plan_verified_end_to_end(correct):
     assert correct.status == "verified", correct.reason
     plan = correct.plan
@@ -85,6 +86,7 @@ def test_bug_in_one_layer_located():
     assert report.plan["stages"][1]["status"] == "not run"
 
 
+@pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)
 def test_bug_in_the_tail_located(layers):
     report = _plan(layers, "tail", 0)
     assert report.status == "violation" and report.plan["decided_by"] == "step"
@@ -93,6 +95,7 @@ def test_bug_in_the_tail_located(layers):
     assert report.plan["stages"][0]["status"] == "verified"
 
 
+@pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)
 def test_bug_on_one_dp_rank_located(layers):
     report = _plan(layers, "dp-rank", 3)
     assert report.status == "violation" and report.plan["decided_by"] == "step"
@@ -102,6 +105,7 @@ def test_bug_on_one_dp_rank_located(layers):
     assert any(6 in c["ranks"] for c in report.rank_classes)
 
 
+@pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)
 def test_terminal_says_what_each_stage_proved_where(correct):
     from rich.console import Console
     from shardproof.report.terminal import render
