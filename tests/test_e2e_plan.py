@@ -86,20 +86,23 @@ def test_bug_in_one_layer_located():
     assert report.plan["stages"][1]["status"] == "not run"
 
 
+def _found_by_the_step(layers, bug, where):
+    """The plan with `bug`: a violation decided by stage step (the layers verified); its first finding."""
+    report = _plan(layers, bug, where)
+    assert report.status == "violation" and report.plan["decided_by"] == "step"
+    assert report.plan["stages"][0]["status"] == "verified"
+    return report, report.findings[0]
+
+
 @pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)
 def test_bug_in_the_tail_located(layers):
-    report = _plan(layers, "tail", 0)
-    assert report.status == "violation" and report.plan["decided_by"] == "step"
-    first = report.findings[0]
+    _, first = _found_by_the_step(layers, "tail", 0)
     assert first.kind == "missing-gradient-reduction" and "mini_megatron.py" in first.source
-    assert report.plan["stages"][0]["status"] == "verified"
 
 
 @pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)
 def test_bug_on_one_dp_rank_located(layers):
-    report = _plan(layers, "dp-rank", 3)
-    assert report.status == "violation" and report.plan["decided_by"] == "step"
-    first = report.findings[0]
+    report, first = _found_by_the_step(layers, "dp-rank", 3)
     assert first.rank == [6, 7]  # dp rank 3 = global ranks 6 and 7 (tp2)
     assert "llama_step.py" in first.source and "microbatch_loss" in first.source
     assert any(6 in c["ranks"] for c in report.rank_classes)
