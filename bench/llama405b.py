@@ -25,6 +25,13 @@ contracts with the step's tail at the real sizes (loss, accumulation, dp all_red
 AdamW): part 2 checks that tail at toy widths only.
 
     python bench/llama405b.py [--layers 126] [--seq 8192] [--step-timeout 900] [--no-step]
+    python bench/llama405b.py --e2e [--layers 126] [--seq 8192] [--confirm-dp 2] [--json out.json]
+
+``--e2e``: the plan as ONE verification (``llama_plan.verify_llama_plan``, composed by
+``shardproof.plan_e2e``): stage ``layers`` (part 1 above) then stage ``step`` (the training
+step at dp64 tp8 M16, every rank, at the reduced widths of part 1, proved by the engine and
+confirmed on gloo at dp `--confirm-dp`); per stage its wall and CPU seconds and peak RSS, the
+plan's verdict, and what each stage proved where (``report.plan``).
 """
 import argparse
 import importlib.util
@@ -39,16 +46,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src", "shardproof", "zoo", "train"))
 
 import torch  # noqa: E402
-from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
-import llama_layers as L  # noqa: E402
-from shardproof.blocks_shapes import verify_blocks_at_shapes  # noqa: E402
+import llama_plan as P  # noqa: E402
 
-LAYERS, DP, TP, MICRO, VOCAB = 126, 64, 8, 16, 128256
-REAL = dict(hidden=16384, heads=128, kv_heads=8, ffn=53248)
-REDUCED = dict(hidden=512, heads=128, kv_heads=8, ffn=64)  # head_dim 4: the same heads, KV heads and tp
-ROWS, REDUCED_SEQ = 1, 4
-ROPE_POSITIONS = 131072  # Llama-3.1's RoPE table; a training sequence reads its first `seq` rows
+LAYERS, DP, TP, MICRO = 126, 64, 8, 16
 FEATURES = {"rank classes (symmetry over dp)": "shardproof.frontends.rank_classes",
             "a proof per rank class": "shardproof.engine.classes",
             "microbatch loops derived (traced once per distinct program)": "shardproof.frontends.microbatches",
@@ -57,19 +58,7 @@ FEATURES = {"rank classes (symmetry over dp)": "shardproof.frontends.rank_classe
 
 def stack(n_layers: int, seq: int):
     """Part 1: the stack proved at the real sizes, confirmed at reduced widths."""
-    mode = FakeTensorMode()
-    with L.rope_length(max(seq, ROPE_POSITIONS)):  # every block's table, the ranks' (built later) too
-        with mode:
-            real = L.full_layers(n_layers, **REAL)
-            real_data = (torch.randn(ROWS, seq, REAL["hidden"]), torch.randn(ROWS, seq, REAL["hidden"]))
-        torch.manual_seed(0)
-        reduced = L.full_layers(n_layers, **REDUCED)
-        reduced_data = (torch.randn(ROWS, REDUCED_SEQ, REDUCED["hidden"]),
-                        torch.randn(ROWS, REDUCED_SEQ, REDUCED["hidden"]))
-        sizes = (f"hidden {REAL['hidden']}, ffn {REAL['ffn']}, sequence {seq}",
-                 f"hidden {REDUCED['hidden']}, ffn {REDUCED['ffn']}, sequence {REDUCED_SEQ}")
-        return verify_blocks_at_shapes(real, reduced, L.parallel_layer(), real_data, reduced_data, TP, L.TP_RELATIONS,
-                                       "llama405b-like stack", mode, confirm_draws=0, sizes=sizes)
+    return P.layers_stage(P.PlanSpec(layers=n_layers, seq=seq))
 
 
 def features() -> dict:
@@ -89,14 +78,39 @@ def step(timeout: int):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def e2e(args) -> None:
+    """The whole plan as one verification (module docstring, ``--e2e``)."""
+    spec = P.PlanSpec(layers=args.layers, seq=args.seq, confirm_dp=args.confirm_dp)
+    t0 = time.perf_counter()
+
+    def show(s):
+        print(f"{s['stage']}: {s['status']} -- {s['covers']}\n   proved at {s['proved']}\n   confirmed "
+              f"{s['confirmed']}\n   {s.get('wall_seconds', 0):.1f} s wall, {s.get('cpu_seconds', 0):.1f} s CPU, "
+              f"peak RSS {s.get('peak_rss_mb', 0)} MB (largest child {s.get('peak_child_rss_mb', 0)} MB)"
+              + (f"\n   {s['reason']}" if s["reason"] else ""), flush=True)
+    report = P.verify_llama_plan(spec, on_stage=show)
+    print("not covered: " + "; ".join(report.plan["not_covered"]))
+    print(f"plan: {report.status}{' (' + report.reason + ')' if report.reason else ''}; "
+          f"{time.perf_counter() - t0:.1f} s wall, peak RSS {report.plan['peak_rss_mb']} MB "
+          f"(largest child {report.plan['peak_child_rss_mb']} MB)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report.to_json(), f, indent=1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=LAYERS)
     ap.add_argument("--seq", type=int, default=8192, help="sequence length at the real sizes")
     ap.add_argument("--no-step", action="store_true", help="skip part 2 (the dp64 tp8 M16 step)")
     ap.add_argument("--step-timeout", type=int, default=900)
+    ap.add_argument("--e2e", action="store_true", help="the whole plan as one verification (stages)")
+    ap.add_argument("--confirm-dp", type=int, default=2, help="--e2e: the dp the step is executed at on gloo")
+    ap.add_argument("--json", help="--e2e: write the report here")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.e2e:
+        return e2e(args)
     t0, c0 = time.perf_counter(), time.process_time()
     report = stack(args.layers, args.seq)
     t1 = time.perf_counter()

@@ -100,6 +100,7 @@ class Report:
     pairing: list[dict] = field(default_factory=list)  # dumps, --auto-relations: outputs paired / left out
     temporal: dict | None = None  # live cases: the temporal checks (engine/temporal.py), None when not run
     blocks: dict | None = None  # a layer stack verified by block contracts (engine/blocks.py), else None
+    plan: dict | None = None  # a whole plan verified in stages (plan_e2e.py): what each stage proved where, else None
     rank_classes: list[dict] = field(default_factory=list)
     """Training cases captured one rank per class: {representative, ranks, derived,
     microbatch_classes} (frontends/rank_classes.py); empty where every rank was captured."""

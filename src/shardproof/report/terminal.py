@@ -171,6 +171,9 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
     if report.blocks:  # a layer stack by block contracts: which layers share which proof
         console.print(Text(report.blocks["summary"] + ": " + "; ".join(
             f"layers {', '.join(map(str, c['layers']))}: {c['status']}" for c in report.blocks["contracts"]), style="bold"))
+    for stage in (report.plan or {}).get("stages", []):  # a plan in stages: what each proved where
+        console.print(Text(f"stage {stage['stage']}: {stage['status']}; proved at {stage['proved']}; confirmed "
+                           f"{stage['confirmed']}", style="bold"))
     if report.parameters:
         console.print(_parameters(report))
         report_outputs = [o for o in report.outputs if not o.name.startswith(("grad:", "updated:"))]

@@ -11,6 +11,8 @@ Bugs (layer `buggy_layer` only):
   learning rate / another weight decay than the step's optimizer.
 - ``no-clip`` (tail): that layer's ``wq`` gradient is left out of the clipping (not scaled by
   the clipping coefficient; the norm still counts it).
+- ``dp-rank-loss`` (`buggy_layer` names a dp rank here): that dp rank scales its microbatch
+  losses by 1.5 (a rank-specific constant: only that dp replica's gradient contribution is wrong).
 Not a zoo case itself: tests/cases/step_llama*.py are."""
 import os
 import sys
@@ -59,6 +61,12 @@ class ParallelLlamaStep(MegatronTraining, nn.Module):
         self.replicated = frozenset(f"layers.{i}.{norm}.weight" for i in range(len(full.layers))
                                     for norm in ("attention_norm", "ffn_norm"))
 
+    def microbatch_loss(self, mb, total_tokens, train):
+        loss = super().microbatch_loss(mb, total_tokens, train)
+        if self.bug == "dp-rank-loss" and self.mesh.dp_rank == self.buggy_layer:  # buggy_layer: here a dp rank
+            loss = loss * 1.5
+        return loss
+
     def reduce_gradients(self, grads):
         if self.bug != "no-dp-reduce":
             return super().reduce_gradients(grads)
@@ -88,12 +96,16 @@ class ParallelLlamaStep(MegatronTraining, nn.Module):
         return x
 
 
-def step_case(n_layers=8, dp=2, tp=2, microbatches=2, buggy_layer=None, bug="no-grad-reduce", seed=0) -> Case:
+def step_case(n_layers=8, dp=2, tp=2, microbatches=2, buggy_layer=None, bug="no-grad-reduce", seed=0,
+              shapes=None) -> Case:
+    """`shapes`: the blocks' hidden, heads, kv_heads, ffn (llama_layers' toy widths by default)."""
     torch.manual_seed(seed)
-    full = Stack(full_layers(n_layers))
+    shapes = shapes or {}
+    full = Stack(full_layers(n_layers, **shapes))
     train = Train(loss=token_mean_loss, optimizer=AdamW(lr=1e-2), microbatches=microbatches, grad_clip=0.5)
     return Case(single=full, distributed=lambda rank, world: ParallelLlamaStep(full, rank, world, tp, buggy_layer, bug),
-                inputs=regression_batch(dp * microbatches * MB_ROWS, SEQ, HIDDEN), dist_inputs=dp_shard(tp),
+                inputs=regression_batch(dp * microbatches * MB_ROWS, SEQ, shapes.get("hidden", HIDDEN)),
+                dist_inputs=dp_shard(tp),
                 world_size=dp * tp, train=train,
                 name=f"llama_step_N{n_layers}_dp{dp}_tp{tp}_M{microbatches}" +
                      (f"_{bug}{buggy_layer}" if buggy_layer is not None else ""),

@@ -1,0 +1,119 @@
+"""A whole training plan verified end to end in stages (issue 16, shardproof.plan_e2e): the
+small version of the 405B-like plan (llama_plan.SMALL: 4 Llama layers at real-like head dim 16,
+proved on fake tensors from stated relations and confirmed at reduced widths; the training step
+at dp4 tp2 with 4 microbatches, AdamW and clipping, proved at every rank and confirmed on gloo
+at dp2). A bug in one layer, in the step's tail and on one dp rank is each located in its stage.
+Labels: the same programs run on a real gloo group against the single-device ones."""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "src", "shardproof", "zoo", "train"))
+
+import llama_plan as P  # noqa: E402
+from conftest import validate_report_json  # noqa: E402
+from gloo import run_on_gloo, tp_gradients_agree  # noqa: E402
+from shardproof.plan_e2e import Stage, verify_plan  # noqa: E402
+
+STEP = os.path.join(HERE, "cases", "plan_small_step.py")
+STACK = os.path.join(HERE, "cases", "blocks_stack.py")
+SPEC = P.SMALL
+
+
+@pytest.fixture(scope="module")
+def layers():
+    """The plan's (bug-free) layers stage, run once for the plans below (the same program)."""
+    return P.layers_stage(SPEC)
+
+
+def _plan(layers, bug=None, where=None):
+    """llama_plan's composition with `bug`; its layers stage's report is `layers`."""
+    stages = P.stages(SPEC, bug, where)
+    first = stages[0]
+    stages[0] = Stage(first.name, first.covers, first.proved, first.confirmed, lambda: layers, first.confirmed_of,
+                      first.extra)
+    return verify_plan(stages, name=SPEC.name, world_size=SPEC.dp * SPEC.tp, not_covered=P.not_covered(SPEC))
+
+
+@pytest.fixture(scope="module")
+def correct(layers):
+    return _plan(layers)
+
+
+@pytest.mark.sweep  # gloo processes (3 steps of 8 ranks, a stack of 2): make test-all
+def test_labels_on_gloo():
+    """Correct step agrees with the single device; the tail and dp-rank bugs do not; the
+    layer bug (same code, same layer, tp2) changes the stack's output."""
+    assert tp_gradients_agree(STEP, 8, SPEC.tp)
+    assert not tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_step_tail_bug.py"), 8, SPEC.tp)
+    assert not tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_step_dp_rank_bug.py"), 8, SPEC.tp)
+    runs = run_on_gloo(STACK, [{"n_layers": SPEC.layers}, {"n_layers": SPEC.layers, "buggy_layer": 2}], SPEC.tp,
+                       seed=None)
+    worst = [max(float((r[k].double() - single[k].double()).abs().max()) for r in ranks for k in ("y", "grad_x"))
+             for single, ranks in runs]
+    assert worst[0] < 1e-5 and worst[1] > 1e-3, worst
+
+
+@pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)
+def test_plan_verified_end_to_end(correct):
+    assert correct.status == "verified", correct.reason
+    plan = correct.plan
+    assert [s["stage"] for s in plan["stages"]] == ["layers", "step"]
+    assert all(s["status"] == "verified" for s in plan["stages"])
+    layers, step = plan["stages"]
+    assert "real sizes (hidden 128" in layers["proved"] and "fake tensors" in layers["proved"]
+    assert layers["confirmed"].startswith("by execution at reduced widths (hidden 32") and "matched" in \
+        layers["confirmed"]
+    assert step["proved"].startswith("dp4 tp2 M4, every rank") and "reduced widths" in step["proved"]
+    assert "dp2 tp2 M4" in step["confirmed"] and "not the plan's 8" in step["confirmed"]  # said, not hidden
+    assert correct.confirmation.by == "gloo" and "the proof ran at world 8" in correct.confirmation.detail
+    assert correct.world_size == 8 and correct.plan["not_covered"]
+    # the step's proof covered every rank and every parameter's update
+    assert {c["representative"] for c in correct.rank_classes} and all(p["updated"] for p in correct.parameters)
+    assert step["wall_seconds"] > 0 and step["cpu_seconds"] > 0 and all(s["peak_rss_mb"] > 0 for s in plan["stages"])
+    validate_report_json(correct.to_json())  # report.plan is in the schema
+
+
+def test_bug_in_one_layer_located():
+    report = P.verify_llama_plan(SPEC, bug="layer", where=2)
+    assert report.status == "violation"
+    assert report.plan["decided_by"] == "layers" and report.reason.startswith("stage layers")
+    assert report.findings and all(f.layer == 2 for f in report.findings)
+    assert report.blocks["layers"] == [0, 0, 1, 0]  # layer 2 is a class of its own
+    assert report.plan["stages"][1]["status"] == "not run"
+
+
+def _found_by_the_step(layers, bug, where):
+    """The plan with `bug`: a violation decided by stage step (the layers verified); its first finding."""
+    report = _plan(layers, bug, where)
+    assert report.status == "violation" and report.plan["decided_by"] == "step"
+    assert report.plan["stages"][0]["status"] == "verified"
+    return report, report.findings[0]
+
+
+@pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)
+def test_bug_in_the_tail_located(layers):
+    _, first = _found_by_the_step(layers, "tail", 0)
+    assert first.kind == "missing-gradient-reduction" and "mini_megatron.py" in first.source
+
+
+@pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)
+def test_bug_on_one_dp_rank_located(layers):
+    report, first = _found_by_the_step(layers, "dp-rank", 3)
+    assert first.rank == [6, 7]  # dp rank 3 = global ranks 6 and 7 (tp2)
+    assert "llama_step.py" in first.source and "microbatch_loss" in first.source
+    assert any(6 in c["ranks"] for c in report.rank_classes)
+
+
+@pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)
+def test_terminal_says_what_each_stage_proved_where(correct):
+    from rich.console import Console
+    from shardproof.report.terminal import render
+    console = Console(record=True, width=400)
+    render(correct, console)
+    text = console.export_text()
+    assert "stage layers: verified; proved at real sizes (hidden 128" in text
+    assert "stage step: verified; proved at dp4 tp2 M4" in text and "not the plan's 8" in text
