@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 import sys
 import sysconfig
 import traceback
@@ -29,6 +28,7 @@ from .torch_p2p import attach_events, recording as p2p_recording
 from .torch_libraries import library_tracing
 from .torch_decomp import capture_decompositions
 from .torch_placements import placement_specs, stated_relations
+from .trace_meta import frame_lines, parse_source, recorded_meta, traced_layouts
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ZOO_DIR = os.path.join(_PKG_DIR, "zoo")  # the bundled case files are user code
@@ -154,7 +154,7 @@ def user_stack_traces():
         if record and not node.stack_trace:
             frame = innermost_user_frame()
             if frame is not None:
-                node.stack_trace = "".join(traceback.format_list([frame])).strip()
+                node.stack_trace = "".join(frame_lines(frame.filename, frame.lineno, frame.name)).strip()
         return node
     TracerBase.create_node = create_node
     try:
@@ -185,9 +185,11 @@ def one_fake_mode():
     proxy_tensor._extract_tensor_metadata = _no_metadata
     try:
         if TracingContext.try_get() is not None:
-            yield
+            with recorded_meta():
+                yield
         else:
-            with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True))):
+            with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True))), \
+                    recorded_meta():
                 yield
     finally:
         proxy_tensor.extract_val = original
@@ -228,14 +230,7 @@ def _reason(exc: BaseException) -> str:
 
 def _source(fx_node) -> Source | None:
     trace = fx_node.meta.get("stack_trace") or fx_node.stack_trace
-    if not trace:
-        return None
-    m = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
-    if not m:
-        return None
-    file, line, fn, code = m[-1]
-    rel = os.path.relpath(file)
-    return Source(file if rel.startswith("..") else rel, int(line), fn, code.strip())
+    return parse_source(trace) if trace else None
 
 
 # ---------------------------------------------------------------- tracing
@@ -373,6 +368,9 @@ def storage_layouts(gm, args: list) -> dict:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     from .meta_layouts import meta_layouts
+    layouts = traced_layouts(gm)
+    if layouts is not None:
+        return layouts
     layouts = meta_layouts(gm, args)
     if layouts is not None:
         return layouts

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import traceback
 from typing import Any, Callable
 
 import torch
@@ -31,6 +30,7 @@ from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
 from .torch_libraries import library_tracing
 from .torch_decomp import capture_decompositions
 from .torch_p2p import attach_events, recording as p2p_recording
+from .trace_meta import frame_lines
 
 STATE_SEP = ":"
 
@@ -177,7 +177,7 @@ class ForwardLines(TorchFunctionMode):
             for node in self._made_by_call(t.grad_fn if isinstance(t, torch.Tensor) else None):
                 frame = innermost_user_frame()
                 if frame is not None:
-                    line = traceback.format_list([frame])
+                    line = frame_lines(frame.filename, frame.lineno, frame.name)
                     node.register_prehook(lambda grad_outputs, line=line: fx_traceback.set_stack_trace(line))
                     node.register_hook(lambda grad_inputs, grad_outputs: fx_traceback.set_stack_trace([]))
         return out
