@@ -19,8 +19,6 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..ir.graph import Graph, Node, Source, TensorType
 from .torch_collectives import ASYNC_ISSUED, COLLECTIVE_PREFIXES, DEFECTS_META, functional_collectives
@@ -28,7 +26,7 @@ from .torch_p2p import attach_events, recording as p2p_recording
 from .torch_libraries import library_tracing
 from .torch_decomp import capture_decompositions
 from .torch_placements import placement_specs, stated_relations
-from .trace_meta import frame_lines, parse_source, recorded_meta, traced_layouts
+from .trace_meta import frame_lines, functional_trace, parse_source, recorded_meta, traced_layouts
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ZOO_DIR = os.path.join(_PKG_DIR, "zoo")  # the bundled case files are user code
@@ -350,8 +348,7 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
 
     try:
         with functional_collectives(), user_stack_traces(), library_tracing(), p2p_recording() as events:
-            gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
-                         decomposition_table=capture_decompositions(), record_stack_traces=True)(*inputs.values())
+            gm = functional_trace(flat_fn, capture_decompositions())(*inputs.values())
     except Exception as exc:
         raise trace_failure(f"tracing {label or 'the program'}", exc) from exc
     graph = from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))

@@ -14,8 +14,6 @@ import inspect
 from typing import Any, Callable
 
 import torch
-from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.overrides import TorchFunctionMode
 import torch.fx.traceback as fx_traceback
@@ -30,7 +28,7 @@ from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
 from .torch_libraries import library_tracing
 from .torch_decomp import capture_decompositions
 from .torch_p2p import attach_events, recording as p2p_recording
-from .trace_meta import frame_lines
+from .trace_meta import frame_lines, functional_trace
 
 STATE_SEP = ":"
 
@@ -251,8 +249,7 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
     try:
         with functional_collectives(), user_stack_traces(), fx_traceback.preserve_node_meta(), ForwardLines(), \
                 library_tracing(), fsdp_tracing() if fsdp else contextlib.nullcontext(), p2p_recording() as events:
-            gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
-                         decomposition_table=capture_decompositions(), record_stack_traces=True)(*inputs.values())
+            gm = functional_trace(flat_fn, capture_decompositions())(*inputs.values())
     except CaptureError:
         raise
     except Exception as exc:

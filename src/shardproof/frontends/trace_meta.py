@@ -50,12 +50,32 @@ def recorded_meta():
             meta[LAYOUT] = (tuple(val.stride()), val.storage_offset())
             return proxy
         return original(proxy, val)
-    proxy_tensor.set_meta = set_meta
+    tracer = proxy_tensor.PythonKeyTracer
+    create_arg = tracer.create_arg
+    bypass = _plain_arguments()
+
+    def plain_create_arg(self, a):
+        handler = bypass.get(type(a))
+        return handler(self, a) if handler is not None else create_arg(self, a)
+    proxy_tensor.set_meta, tracer.create_arg = set_meta, plain_create_arg
     try:
         with torch.fx._lazy_graph_module._use_lazy_graph_module(True):
             yield
     finally:
-        proxy_tensor.set_meta = original
+        proxy_tensor.set_meta, tracer.create_arg = original, create_arg
+
+
+def _plain_arguments() -> dict:
+    """type -> torch.fx's own argument handler, for the exact types that make_fx's tracer
+    (``PythonKeyTracer.create_arg``, then ``Tracer.create_arg``) passes on unchanged to
+    ``TracerBase.create_arg``: its checks for parameters, modules, tensors, named tuples and
+    opaque or proxyable objects are false for a proxy, a plain tuple, list or dict, a number,
+    a string, None, a dtype, device, layout or memory format, or an operator (it runs them,
+    about 20 us per argument, for every argument of every node)."""
+    from torch.fx import proxy
+    types = (proxy.Proxy, tuple, list, dict, int, float, bool, str, type(None), torch.dtype, torch.device,
+             torch.layout, torch.memory_format, torch._ops.OpOverload)
+    return {t: proxy._create_arg_bypass[t] for t in types}
 
 
 def traced_layouts(gm) -> dict | None:
@@ -111,3 +131,15 @@ def parse_source(trace: str) -> Source | None:
     """The innermost frame of a recorded stack trace, its file relative to the working
     directory where it lies below it."""
     return (_parse_source if REFERENCE else _cached_source)(trace, os.getcwd())
+
+
+def functional_trace(fn, decompositions: dict):
+    """``make_fx`` of `fn` functionalized (``dispatch_functionalize``), recording stack
+    traces (one user frame per node: torch_capture.user_stack_traces); without make_fx's
+    torch-function mode, which notes every torch call on the tracer for ``meta["torch_fn"]``,
+    written only by make_fx's module-stack tracer (not this one): one Python dispatch layer
+    less per torch call, the graph unchanged."""
+    from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+    return make_fx(dispatch_functionalize(fn, FunctionalTensorMode()), decomposition_table=decompositions,
+                   record_stack_traces=True, _disable_torch_fn_metadata_mode=not REFERENCE)
