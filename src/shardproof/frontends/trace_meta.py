@@ -40,6 +40,8 @@ def recorded_meta():
     if REFERENCE:
         yield
         return
+    frame_text.cache_clear()  # a file edited between two traces: its lines read afresh, as before
+    _cached_source.cache_clear()
     original = proxy_tensor.set_meta
 
     def set_meta(proxy, val):
