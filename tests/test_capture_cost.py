@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
 
 from shardproof.api import capture_case  # noqa: E402
-from shardproof.frontends import meta_layouts, torch_capture, torch_train  # noqa: E402
+from shardproof.frontends import meta_layouts, torch_capture, torch_train, trace_meta  # noqa: E402
 from shardproof.ir.graph import Node  # noqa: E402
 
 import tp_mlp_train  # noqa: E402
@@ -88,6 +88,7 @@ def reference():
         mp.setattr(torch_capture, "user_stack_traces", _whole_stack_traces)
         mp.setattr(torch_train, "user_stack_traces", _whole_stack_traces)
         mp.setattr(meta_layouts, "meta_layouts", lambda gm, args: None)
+        mp.setattr(trace_meta, "REFERENCE", True)  # make_fx's metadata, no layouts recorded in the trace
         return _capture(workers=1)
 
 
@@ -124,7 +125,9 @@ def test_meta_layouts_equal_the_fake_tensor_layouts(cheap):
     meta = meta_layouts.meta_layouts(gm, args)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(meta_layouts, "meta_layouts", lambda gm, args: None)
+        mp.setattr(trace_meta, "REFERENCE", True)  # not the layouts recorded while tracing
         fake = torch_capture.storage_layouts(gm, args)
+    assert trace_meta.traced_layouts(gm) == meta  # and those recorded while tracing are the same
     assert meta is not None and fake and meta == fake
 
 

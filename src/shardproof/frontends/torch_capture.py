@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 import sys
 import sysconfig
 import traceback
@@ -20,8 +19,6 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..ir.graph import Graph, Node, Source, TensorType
 from .torch_collectives import ASYNC_ISSUED, COLLECTIVE_PREFIXES, DEFECTS_META, functional_collectives
@@ -29,6 +26,7 @@ from .torch_p2p import attach_events, recording as p2p_recording
 from .torch_libraries import library_tracing
 from .torch_decomp import capture_decompositions
 from .torch_placements import placement_specs, stated_relations
+from .trace_meta import frame_lines, functional_trace, parse_source, recorded_meta, traced_layouts
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ZOO_DIR = os.path.join(_PKG_DIR, "zoo")  # the bundled case files are user code
@@ -154,7 +152,7 @@ def user_stack_traces():
         if record and not node.stack_trace:
             frame = innermost_user_frame()
             if frame is not None:
-                node.stack_trace = "".join(traceback.format_list([frame])).strip()
+                node.stack_trace = "".join(frame_lines(frame.filename, frame.lineno, frame.name)).strip()
         return node
     TracerBase.create_node = create_node
     try:
@@ -185,9 +183,11 @@ def one_fake_mode():
     proxy_tensor._extract_tensor_metadata = _no_metadata
     try:
         if TracingContext.try_get() is not None:
-            yield
+            with recorded_meta():
+                yield
         else:
-            with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True))):
+            with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True))), \
+                    recorded_meta():
                 yield
     finally:
         proxy_tensor.extract_val = original
@@ -228,14 +228,7 @@ def _reason(exc: BaseException) -> str:
 
 def _source(fx_node) -> Source | None:
     trace = fx_node.meta.get("stack_trace") or fx_node.stack_trace
-    if not trace:
-        return None
-    m = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
-    if not m:
-        return None
-    file, line, fn, code = m[-1]
-    rel = os.path.relpath(file)
-    return Source(file if rel.startswith("..") else rel, int(line), fn, code.strip())
+    return parse_source(trace) if trace else None
 
 
 # ---------------------------------------------------------------- tracing
@@ -355,8 +348,7 @@ def trace(program: Any, data: dict[str, torch.Tensor], label: str = "") -> Graph
 
     try:
         with functional_collectives(), user_stack_traces(), library_tracing(), p2p_recording() as events:
-            gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
-                         decomposition_table=capture_decompositions(), record_stack_traces=True)(*inputs.values())
+            gm = functional_trace(flat_fn, capture_decompositions())(*inputs.values())
     except Exception as exc:
         raise trace_failure(f"tracing {label or 'the program'}", exc) from exc
     graph = from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
@@ -373,6 +365,9 @@ def storage_layouts(gm, args: list) -> dict:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     from .meta_layouts import meta_layouts
+    layouts = traced_layouts(gm)
+    if layouts is not None:
+        return layouts
     layouts = meta_layouts(gm, args)
     if layouts is not None:
         return layouts

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import traceback
 from typing import Any, Callable
 
 import torch
-from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.overrides import TorchFunctionMode
 import torch.fx.traceback as fx_traceback
@@ -31,6 +28,7 @@ from .torch_fsdp import fsdp_params, fsdp_tracing, lazy_init, load_shard
 from .torch_libraries import library_tracing
 from .torch_decomp import capture_decompositions
 from .torch_p2p import attach_events, recording as p2p_recording
+from .trace_meta import frame_lines, functional_trace
 
 STATE_SEP = ":"
 
@@ -188,7 +186,7 @@ class ForwardLines(TorchFunctionMode):
             for node in self._made_by_call(t.grad_fn if isinstance(t, torch.Tensor) else None):
                 frame = innermost_user_frame()
                 if frame is not None:
-                    line = traceback.format_list([frame])
+                    line = frame_lines(frame.filename, frame.lineno, frame.name)
                     node.register_prehook(lambda grad_outputs, line=line: fx_traceback.set_stack_trace(line))
                     node.register_hook(lambda grad_inputs, grad_outputs: fx_traceback.set_stack_trace([]))
         return out
@@ -262,8 +260,7 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
     try:
         with functional_collectives(), user_stack_traces(), fx_traceback.preserve_node_meta(), ForwardLines(), \
                 library_tracing(), fsdp_tracing() if fsdp else contextlib.nullcontext(), p2p_recording() as events:
-            gm = make_fx(dispatch_functionalize(flat_fn, FunctionalTensorMode()),
-                         decomposition_table=capture_decompositions(), record_stack_traces=True)(*inputs.values())
+            gm = functional_trace(flat_fn, capture_decompositions())(*inputs.values())
     except CaptureError:
         raise
     except Exception as exc:
