@@ -131,3 +131,4 @@ def load_builtin() -> None:
         from . import attention_merge  # noqa: F401
         from . import block_calls  # noqa: F401
         from ..algebra import lemmas, lemmas_rows, masks, normal, padding, picks  # noqa: F401  (pattern lemmas register themselves)
+        from ..algebra import scaling  # noqa: F401  (scale classes, registered as terms are built)
