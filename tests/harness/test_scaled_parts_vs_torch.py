@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from shardproof.algebra import lemmas
@@ -74,6 +74,8 @@ COEFS = st.sampled_from([Fraction(1, 4), Fraction(4), Fraction(-1, 2), Fraction(
 @settings(max_examples=examples(8), deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(program=st.sampled_from(sorted(PROGRAMS)), c=COEFS, seed=st.integers(0, 9))
 def test_the_factor_floats_to_the_top(program, c, seed):
+    # a linear form gives up a positive factor only (its largest coefficient made 1, the sign kept)
+    assume(c > 0 or program not in ("lin", "rope"))
     plain, scaled, terms = _pair(PROGRAMS[program], c, seed)
     assert [None if v is None else list(v) for v in plain.vecs] == [None if v is None else list(v) for v in scaled.vecs]
     # c times the unscaled result's term (which may carry a factor of its own: the 3, the -2)
