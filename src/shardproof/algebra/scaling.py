@@ -29,7 +29,7 @@ from fractions import Fraction
 
 from .lemmas import SCALED_PARTS, linear, scaled_part
 from .padding import is_zero
-from .terms import TermStore
+from .terms import TermStore, on_new
 
 
 def _factor(terms: TermStore, t: int):
@@ -61,23 +61,27 @@ def _cat(terms: TermStore, t: int):
     return None if scale is None else (terms.make("cat", term.attrs, tuple(kids), term.shape), scale)
 
 
-def _content(terms: TermStore, t: int):
-    """``Σ c_i t_i = k·Σ (c_i/k) t_i`` for k the largest coefficient's magnitude: the form is
-    normalised so that its largest coefficient is ±1. k depends on the coefficients alone, not
-    on which part is named first, so a form and the pieces it is made of (a rank's share of a
-    vocab-sharded ``(softmax - onehot)/n``) normalise alike, and a form whose largest
-    coefficient is ±1 already (a residual sum, ``a - b/n``) is left as it stands, in both
-    programs: only a form scaled as a whole (``M·a - (M/n)·b``) gives its factor up. The
-    sign is never taken out (``a - b`` and ``b - a`` are both already normal)."""
+@on_new("lin")
+def _linear_class(terms: TermStore, t: int) -> None:
+    """Each multi-part linear form's class: its parts and coefficients over the largest
+    coefficient's magnitude k (``Σ c_i t_i = k·Σ (c_i/k) t_i``). The first form built with a
+    key represents it -- the single-device program is interpreted first, so its forms keep
+    their shape -- and a later one is recorded as an exact multiple of it."""
     term = terms[t]
     if len(term.children) < 2:
-        return None
-    coefs = [Fraction(c) for c in term.attrs]
-    k = max(abs(c) for c in coefs)
-    if k == 1:
-        return None
-    rest = linear(terms, {p: c / k for p, c in zip(term.children, coefs)}, term.shape)
-    return None if rest is None else (rest, k)
+        return
+    k = max(abs(Fraction(c)) for c in term.attrs)
+    key = (term.shape, term.children, tuple(Fraction(c) / k for c in term.attrs))
+    found = terms.scale_reps.setdefault(key, (t, k))
+    if found[0] != t:
+        terms.scale_class[t] = (found[0], k / found[1])
+
+
+def _content(terms: TermStore, t: int):
+    """``Σ c_i t_i = c·R`` for R the first form built that it is a positive multiple of (a
+    microbatch's backward scaled by M against the single device's): a form nothing else is a
+    multiple of (a residual sum, ``ids - 12·mask``) is left as it stands, in both programs."""
+    return terms.scale_class.get(t)
 
 
 SCALED_PARTS.update(gather=_gather, cat=_cat, lin=_content)
