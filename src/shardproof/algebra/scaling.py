@@ -5,7 +5,7 @@ A gradient scaled by a constant c (a mean loss per microbatch, the pipelining sc
 vector-Jacobian products are linear in the incoming gradient. Ops linear in an operand pull
 c out of it as they are built (:data:`shardproof.algebra.lemmas.LINEAR_IN`, sums, views,
 linear forms), so ``c·t`` with ``t`` free of a factor is the normal form of what they build.
-Two structural heads hold a factor inside them:
+Two structural heads hold a factor inside them, and so does a sum of parts:
 
 - ``gather(c·x) = c·gather(x)``: a selection of a scaled tensor (a microbatch's rows, a
   slice's gradient);
@@ -18,11 +18,21 @@ pieces of a slice_scatter, FSDP's flat shards, padded TP), and building ``c·gat
 their place hid them from it. The factor is taken out where a consumer asks for it:
 :func:`shardproof.algebra.lemmas.scaled_part` answers ``(gather(x), c)`` for them, so an op
 linear in the operand (a product, a matmul, a backward op, a sum) is built as
-``c·op(gather(x), ...)``, in both programs alike, however early or late they scaled.
+``c·op(gather(x), ...)``, in both programs alike, however early or late they scaled; a
+part of a linear form that holds a factor so is built as ``c·part`` (lemmas._flattened).
+
+A multi-part linear form ``M·a - (M/n)·b`` (the RMSNorm backward of a scaled gradient) is
+not normalised by a rule of its own coefficients: every such rule (the first part's
+coefficient, the gcd, the largest one) also rewrites forms that other programs' patterns
+read (``ids - 12·mask`` in vLLM's masked lookup, torchtitan's residual gradient before its
+vocab mask; the first part's coefficient even differs between a form and its rank pieces).
+Forms are hashed into classes instead, as they are interned: the key is the parts and the
+coefficients over the largest one's magnitude; the first form of a class (the single-device
+program is interpreted first) represents it, and a later one is ``c·representative``.
 
 Each is an identity over exact arithmetic, and a factor that differs between the programs
 (a gradient scaled twice) stays a different coefficient: never a relation
-(tests/harness/test_scaling_vs_torch.py)."""
+(tests/harness/test_scaled_parts_vs_torch.py)."""
 from __future__ import annotations
 
 from fractions import Fraction
