@@ -69,7 +69,6 @@ class Unscaled(importlib.import_module("pp_schedules").ScheduledPipeline):
 
 
 @pytest.mark.sweep
-@pytest.mark.xfail(strict=True, reason="default loss scaling through the Llama blocks is unknown (tests/test_pp_scaling.py)")
 @pytest.mark.parametrize("schedule", [s for s in SCHEDULES if s != "1f1b"])
 def test_pipelining_llama_pp2_verified(schedule):
     """The Llama step (RMSNorm, GQA with RoPE, SwiGLU blocks) under each schedule, one block

@@ -41,8 +41,6 @@ def default_1f1b():
     return _verify(LLAMA.ScheduledPipeline)
 
 
-@pytest.mark.xfail(strict=True, reason="the scalar-factor rewrites that proved it (gather, cat, a sum's leading coefficient) made other programs "
-                   "(FSDP2 steps, padded TP, megatron/torchtitan steps) unknown and were not merged")
 def test_llama_default_loss_scaling_verified(default_1f1b):
     """Schedule1F1B at pp2, 4 microbatches, mean loss, ``scale_grads``: the loss and every
     parameter's gradient (attention and norm weights of stage 0 included, reached through the

@@ -42,6 +42,8 @@ def _op_value(term, kids: list):
         if op == "where":
             return torch.where(args[0].bool(), *[torch.as_tensor(x, dtype=torch.float64) for x in args[1:]])
         return BINARY[op](*[torch.as_tensor(x, dtype=torch.float64) for x in args])
+    if op in BINARY and a == () and len(kids) == 2 and op != "where":  # two tensor operands, broadcast
+        return BINARY[op](*[torch.as_tensor(_t(x), dtype=torch.float64) for x in kids])
     if op in REDUCE and len(a) in (2, 3):
         dims, keep = tuple(a[0]), a[1]
         return REDUCE[op](_positions(_t(kids[0]), dims, a[2] if len(a) == 3 else None), dims, keep)

@@ -128,6 +128,9 @@ def _flattened(terms: TermStore, parts: dict[int, Fraction]) -> dict[int, Fracti
     flat: dict[int, Fraction] = {}
     for t, c in parts.items():
         for k, ck in linear_parts(terms, t).items():
+            found = SCALED_PARTS[terms[k].op](terms, k) if terms[k].op in SCALED_PARTS and terms[k].op != "lin" else None
+            if found is not None and terms.shape(found[0]) == terms.shape(k):  # a factor inside a part: c·part
+                k, ck = found[0], ck * found[1]
             flat[k] = flat.get(k, Fraction(0)) + c * ck
     return {t: c for t, c in flat.items() if c != 0}
 
@@ -198,6 +201,11 @@ def _common_divisors(terms: TermStore, parts: dict[int, Fraction], shape) -> dic
     return parts
 
 
+# term op -> (store, t) -> (x, c) with t = c·x, for heads holding an exact factor inside them
+# that no op rule pulls out as it is built (algebra/scaling.py registers them)
+SCALED_PARTS: dict = {}
+
+
 def scaled_part(terms: TermStore, t: int):
     """(x, c) when term t is c·x: a one-part linear form, or views of one (scales sit
     under views in the normal form), else None."""
@@ -207,6 +215,8 @@ def scaled_part(terms: TermStore, t: int):
         return None if inner is None else (view_term(terms, term.op, term.attrs, inner[0], term.shape), inner[1])
     if term.op == "lin" and len(term.children) == 1 and terms.shape(term.children[0]) == term.shape:
         return term.children[0], term.attrs[0]
+    if term.op in SCALED_PARTS:  # a factor inside a selection, concatenation or sum (algebra/scaling.py)
+        return SCALED_PARTS[term.op](terms, t)
     value = term.attrs[0] if term.op == "fill" and term.attrs else None
     if isinstance(value, (int, Fraction)) and not isinstance(value, bool) and value not in (0, 1):
         return terms.make("fill", (1,), (), term.shape), Fraction(value)  # the constant c is c times one
@@ -218,7 +228,7 @@ def scaled_part(terms: TermStore, t: int):
 LINEAR_IN: dict[str, tuple[int, ...]] = {
     "mul": (0, 1), "div": (0,), "dot": (0, 1), "gelu_backward": (0,), "threshold_backward": (0,),
     "sigmoid_backward": (0,), "tanh_backward": (0,), "silu_backward": (0,), "softmax_backward": (0,),
-    "log_softmax_backward": (0,), "layer_norm_backward": (0,), "sdpa_backward": (0,),
+    "log_softmax_backward": (0,), "layer_norm_backward": (0,), "sdpa_backward": (0,), "sum": (0,),
 }
 ELEMENTWISE = {"mul", "div", "gelu_backward", "threshold_backward", "sigmoid_backward", "tanh_backward",
                "silu_backward"}

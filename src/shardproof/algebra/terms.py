@@ -28,6 +28,18 @@ REWRITES: dict[str, list] = {}
 ANY_REWRITES: list = []
 
 
+# op -> hooks called once on each new term of that head, as it is interned: (store, tid)
+ON_NEW: dict[str, list] = {}
+
+
+def on_new(op: str):
+    """Register a hook that sees every new term headed by `op` (algebra/scaling.py)."""
+    def register(fn):
+        ON_NEW.setdefault(op, []).append(fn)
+        return fn
+    return register
+
+
 def rewrite_any(fn):
     """Register a rewrite tried on every term built (after the op's own rewrites)."""
     ANY_REWRITES.append(fn)
@@ -59,6 +71,10 @@ class TermStore:
         # the terms the single-device program computes as a whole tensor (set by the engine
         # once it has interpreted that program): a selection of one is related as it stands
         self.reference: frozenset[int] = frozenset()
+        # linear forms that are exact multiples of one another (algebra/scaling.py): a class key
+        # -> (the first form built, its factor); a later form -> (that first one, c) with form = c·first
+        self.scale_reps: dict[tuple, tuple[int, Fraction]] = {}
+        self.scale_class: dict[int, tuple[int, Fraction]] = {}
 
     def make(self, op: str, attrs: tuple, children: tuple[int, ...], shape) -> int:
         if op in COMMUTATIVE:
@@ -84,6 +100,8 @@ class TermStore:
             self.terms.append(Term(op, attrs, tuple(children), tuple(int(s) for s in shape)))
             self._ids[key] = tid
             self._by_op.setdefault(op, []).append(tid)
+            for hook in ON_NEW.get(op, ()):
+                hook(self, tid)
         return tid
 
     def of_op(self, op: str) -> list[int]:

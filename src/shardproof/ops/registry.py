@@ -132,3 +132,4 @@ def load_builtin() -> None:
         from . import block_calls  # noqa: F401
         from . import tail_calls  # noqa: F401
         from ..algebra import lemmas, lemmas_rows, masks, normal, padding, picks  # noqa: F401  (pattern lemmas register themselves)
+        from ..algebra import scaling  # noqa: F401  (scale classes, registered as terms are built)
