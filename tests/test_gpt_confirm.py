@@ -82,6 +82,7 @@ def _available() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # ~4 min CPU at 5.6 GiB: outside make test's 20-minute budget (make confirm-gpt runs it)
 def test_gpt_pair_is_verified_and_confirmed_with_corresponding_dropout():
     if _available() < NEEDS:
         pytest.skip(f"executing the GPT pair needs about {NEEDS / GIB:.0f} GiB of free memory "

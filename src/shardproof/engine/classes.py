@@ -168,8 +168,12 @@ class ClassProof:
         a = self.param.source(rank, node.name)
         if a is None:
             return None
-        mine, other = self._signature(node), self._signature(self.param.names[a].get(node.name))
-        out = self.param.derive(rank, node, mine[-1], env, a) if mine[:-1] == other[:-1] else None
+        twin = self.param.names[a].get(node.name)
+        mine, other = self._signature(node), self._signature(twin)
+        same = self.same.get((rank, node.name, a))
+        if same is None:  # its arguments too (a scalar, a dim): graphs need not come from derive_graph
+            same = self.same[(rank, node.name, a)] = twin is not None and (node is twin or _same_node(node, twin))
+        out = self.param.derive(rank, node, mine[-1], env, a) if same and mine[:-1] == other[:-1] else None
         if out is not None:
             from .budget import check as check_budget
             check_budget(node, rank)
