@@ -55,8 +55,8 @@ corpus: $(STAMP)
 
 # the Megatron GPT dump pair (dropout p = 0.1) proved and confirmed by execution with corresponding
 # dropout draws, its attention scores and logits computed a chunk at a time (frontends/torch_chunks.py):
-# peak RSS 5.6 GiB, 233 s CPU (whole, before: 16.2 GiB, 142 s); the slow test in `make test` does the
-# same (tests/test_gpt_confirm.py)
+# peak RSS 5.6 GiB, 233 s CPU (whole, before: 16.2 GiB, 142 s); the sweep test does the same
+# (tests/test_gpt_confirm.py, `make test-all`)
 GPT := ../shared/graphs/entangle/gpt
 confirm-gpt: $(STAMP)
 	$(BIN)/python -m shardproof.cli verify --seq $(GPT)/paral1_layer1 --dist $(GPT)/paral2_layer1 \
