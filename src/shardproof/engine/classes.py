@@ -95,7 +95,7 @@ class ClassProof:
         self.reused = [0] * len(dist.graphs)
         from .parametric import PARAMETRIC, Parametric
         self.param = Parametric(dist, tables.terms) if PARAMETRIC and tables is not None else None
-        self.signatures: dict = {}  # id(node) -> _signature(node) (nodes live as long as the run)
+        self.signatures: dict = {}  # id(node) -> its operands (nodes live as long as the run)
 
     def _intern(self, value):
         from ..algebra.layout import Val
@@ -169,11 +169,10 @@ class ClassProof:
         if a is None:
             return None
         twin = self.param.names[a].get(node.name)
-        mine, other = self._signature(node), self._signature(twin)
         same = self.same.get((rank, node.name, a))
-        if same is None:  # its arguments too (a scalar, a dim): graphs need not come from derive_graph
+        if same is None:  # op, type, arguments (a scalar, a dim) and operand types: graphs need not come from derive_graph
             same = self.same[(rank, node.name, a)] = twin is not None and (node is twin or _same_node(node, twin))
-        out = self.param.derive(rank, node, mine[-1], env, a) if same and mine[:-1] == other[:-1] else None
+        out = self.param.derive(rank, node, self._inputs(node), env, a) if same else None
         if out is not None:
             from .budget import check as check_budget
             check_budget(node, rank)
@@ -183,19 +182,11 @@ class ClassProof:
             self.reused[rank] += 1
         return out
 
-    def _signature(self, node: Node | None) -> tuple:
-        """What a rule sees of a node besides its operands' relations, as far as two members of
-        one derived class can differ in it (frontends/rank_classes.py derive_graph copies every
-        local node's op and arguments from the representative, remapping operands by name): its
-        op, name, type and operands (names and types: a layout is a member's own); and the
-        operands."""
-        if node is None:
-            return (None, ())
+    def _inputs(self, node: Node) -> tuple:
+        """The node's operands, kept as a tuple (Node.inputs is a generator; read per member)."""
         hit = self.signatures.get(id(node))
         if hit is None:
-            inputs = tuple(node.inputs)  # (a generator: kept as a tuple, read twice)
-            hit = self.signatures[id(node)] = (node.op, node.name, node.type,
-                                               tuple((x.name, x.type) for x in inputs), inputs)
+            hit = self.signatures[id(node)] = tuple(node.inputs)
         return hit
 
     def stats(self) -> dict:
