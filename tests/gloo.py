@@ -320,11 +320,23 @@ def variant_agrees(case, rank_outs: list, expect: str = "Replicate()", atol: flo
     return True
 
 
-def _fn_rank(fn, rank, world, path, conn):
-    import torch
-    import torch.distributed as dist
+def forget_parent_dtensor_state() -> None:
+    """In a forked rank: drop what the parent process left in torch.distributed -- its (fake)
+    process group, and DTensor's sharding-plan caches, whose keys compare meshes by shape, not
+    process group or rank, so a plan cached by a parent's rank-1 capture would be reused here
+    (a vocab-parallel embedding's backward then masks rank 1's rows on every rank)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    torch._C._clear_DTensor_sharding_propagator_cache()
+    from torch.distributed.tensor import DTensor
+    DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding.cache_clear()
+
+
+def _fn_rank(fn, rank, world, path, conn, fresh=True):
     try:
         torch.set_num_threads(1)
+        if fresh:
+            forget_parent_dtensor_state()
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         dist.init_process_group("gloo", store=dist.FileStore(path, world), rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=60))
@@ -337,13 +349,14 @@ def _fn_rank(fn, rank, world, path, conn):
         os._exit(0)
 
 
-def run_fn_on_gloo(fn, world: int, timeout: float = 120.0) -> list:
+def run_fn_on_gloo(fn, world: int, timeout: float = 120.0, fresh: bool = True) -> list:
     """``[fn(rank, world) for each rank]``, each rank in its own process of one gloo group
-    (results must be picklable: return numpy arrays or plain values)."""
+    (results must be picklable: return numpy arrays or plain values); forked, each rank
+    first forgets the parent's torch.distributed state (`fresh`)."""
     ctx = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory() as tmp:
         pipes = [ctx.Pipe(duplex=False) for _ in range(world)]
-        procs = [ctx.Process(target=_fn_rank, args=(fn, r, world, os.path.join(tmp, "store"), pipes[r][1]))
+        procs = [ctx.Process(target=_fn_rank, args=(fn, r, world, os.path.join(tmp, "store"), pipes[r][1], fresh))
                  for r in range(world)]
         for p in procs:
             p.start()
@@ -380,6 +393,7 @@ def sharded_differences(path: str, world_size: int, dim: int, env: dict | None =
 
 def _timed_rank(rank: int, world: int, port: int, program, kwargs: dict, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    forget_parent_dtensor_state()
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         result = _by_value({k: v.detach() for k, v in program(rank, world, **kwargs).items()})

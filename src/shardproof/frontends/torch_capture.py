@@ -244,7 +244,7 @@ def program_inputs(program: Any, data: dict[str, torch.Tensor]) -> dict[str, tor
     named: dict[str, torch.Tensor] = {}
     if isinstance(program, torch.nn.Module):
         for name, p in program.named_parameters(remove_duplicate=False):
-            named.setdefault(name, real_view(local_tensor(p.detach())))
+            named.setdefault(name, real_view(local_tensor(p).detach()))
         for name, b in program.named_buffers(remove_duplicate=False):
             named.setdefault(name, real_view(local_tensor(b)))
     for name, value in data.items():

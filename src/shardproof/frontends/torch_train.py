@@ -145,7 +145,7 @@ def step_inputs(program: torch.nn.Module, data: dict, train: Train) -> dict[str,
     (``<state>:<param>``), then the data."""
     if not isinstance(program, torch.nn.Module):
         raise CaptureError("a training case needs modules (the parameters are what gradients are taken of)")
-    params = {n: local_tensor(p.detach()) for n, p in program.named_parameters()}
+    params = {n: local_tensor(p).detach() for n, p in program.named_parameters()}
     named = dict(params)
     named.update({n: local_tensor(b) for n, b in program.named_buffers()})
     for pname, states in state_values(params, train.optimizer).items():
