@@ -1,11 +1,13 @@
 """The Hugging Face corpus (examples/huggingface/corpus.py): eight transformers architectures under
-their own tp_plan. In `make test`: each architecture's forward (eager, TP 2) verified and its
-injected plan bug a violation at its node (kind, op, hint, source line), plus one representative
-of TP 4 with sdpa and of the training step (Phi-3's fused projections, Qwen3's q/k-norm gradient
-hook and its dropped all-reduce included); the rest of the matrix (TP 2 and 4, eager and sdpa,
-forward and training step, the bugs at TP 4 and under sdpa) under `make test-all` (sweep). The
-labels (correct agrees with the single device on a real gloo group, the bug does not) are
-checked by running them (slow)."""
+their own tp_plan. In `make test` (the whole matrix, issue 15's acceptance; most of it `slow`):
+every configuration (TP 2 and 4, eager and sdpa, forward and training step) verified, every
+injected plan bug (TP 2 and 4, eager and sdpa) a violation at its node (kind, op, hint, source
+line), Qwen3's and Gemma 3's q/k-norm gradient hook and its dropped all-reduce, and every
+configuration written as readable FX dumps verified (or located) from the text alone.
+The labels are facts about PyTorch, checked by running them on a real gloo group (`make test-all`:
+`sweep`, 10-30 s each): test_forward_labels_on_gloo (every architecture's forward, correct and
+buggy, at TP 2 eager and TP 4 sdpa), test_training_labels_on_gloo (every training step's loss
+and gradients), test_qk_norm_grad_bug_labels_on_gloo (the dropped q/k-norm hook)."""
 import os
 import sys
 
@@ -82,7 +84,7 @@ QK_NORM = list(corpus.GRAD_BUGS)  # q/k-norms "replicated_with_grad_allreduce": 
 GRAD_FOUND = ("missing-gradient-reduction", "aten.view")
 
 
-@pytest.mark.parametrize("arch", [pytest.param(a, marks=() if a == "qwen3" else (pytest.mark.slow, pytest.mark.sweep))
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=() if a == "qwen3" else pytest.mark.slow)
                                   for a in QK_NORM])
 def test_qk_norm_training_step(arch):
     """The step as transformers' Trainer takes it (loss.backward(), then .grad): the q/k-norms'
@@ -120,13 +122,13 @@ MATRIX = [(a, w, attn, mode) for a in ARCHS for w in (2, 4) for attn in corpus.A
           if (w, attn, mode) != (2, "eager", "fw") and (a, attn) not in NO_SDPA and not (a in NO_TRAIN and mode == "train")]
 
 
-@pytest.mark.sweep
+@pytest.mark.slow
 @pytest.mark.parametrize("arch,world,attn,mode", MATRIX)
 def test_matrix_verifies(arch, world, attn, mode):
     _verified(arch, world, attn, mode)
 
 
-@pytest.mark.sweep
+@pytest.mark.slow
 @pytest.mark.parametrize("arch,world,attn", [(a, w, attn) for a in ARCHS for w, attn in ((4, "eager"), (2, "sdpa"))
                                                         if (a, attn) not in NO_SDPA])
 def test_matrix_bugs_located(arch, world, attn):
@@ -222,7 +224,7 @@ def test_dump_round_trip_representative(tmp_path):
     _dump_round_trip(tmp_path, "qwen2", "fw", 2, bug=True)
 
 
-@pytest.mark.sweep
+@pytest.mark.slow
 @pytest.mark.parametrize("arch,mode,world,bug", [
     c for c in make_corpus.configurations() if c[:3] != ("qwen2", "fw", 2)
     and not (c[0] in NO_TRAIN and c[1] == "train")])

@@ -1,7 +1,7 @@
 """The corpus: megatron-core's own GPT (GQA, SwiGLU, RMSNorm, RoPE; tensor + sequence parallel),
 built by the library on each rank (examples/corpus/megatron_gpt.py), verified against the same
 library's model at TP 1; a dropped reduce-scatter (layer 0's row-parallel fc2) is a violation
-located where the rank's partial sum is used. The labels are facts about PyTorch: the slow test
+located where the rank's partial sum is used. The labels are facts about PyTorch: test_labels_on_gloo (slow, sweep)
 runs both programs on a real gloo group against the single device."""
 import os
 import sys
@@ -85,7 +85,7 @@ def test_dropped_reduce_scatter_is_located(bug_tp2):
     assert chunk is not None, "the finding's partial input does not come from the dropped reduce-scatter"
 
 
-@pytest.mark.sweep
+@pytest.mark.slow
 def test_megatron_gpt_tp4():
     _check_correct(_verify(4)[1])
     case, report = _verify(4, BUG)
@@ -106,7 +106,6 @@ def test_labels_on_gloo(world):
 
 
 @pytest.mark.slow
-@pytest.mark.sweep
 @pytest.mark.parametrize("world", [2, 4])  # TP 4: the dumps make corpus writes beside TP 2
 def test_dump_pair_verifies_and_bug_is_a_violation(tmp_path, monkeypatch, world):
     """The generator's readable FX dumps (make corpus) at TP 2 and 4, with the relations file it

@@ -1,9 +1,9 @@
 """The corpus: a training step of megatron-core's own GPT (GQA, SwiGLU, RMSNorm, RoPE; TP + SP),
 examples/corpus/megatron_gpt_train.py -- megatron's loss path (vocab-parallel cross-entropy),
 autograd through its tensor-parallel mappings, and its own all-reduce of the sequence-parallel
-norms' gradients. Verified at TP 2 (TP 4 in the sweep); a norm weight without megatron's
+norms' gradients. Verified at TP 2 and 4 (TP 4 slow); a norm weight without megatron's
 ``sequence_parallel`` mark (its gradient never all-reduced) is a missing gradient reduction at
-that norm. Labels (facts about PyTorch, the slow sweep test): on a real gloo group the correct
+that norm. Labels (facts about PyTorch, test_labels_on_gloo: slow, sweep): on a real gloo group the correct
 step's loss and gradients equal the single device's, the bug's norm gradient does not."""
 import os
 import sys
@@ -56,7 +56,7 @@ def test_norm_gradient_not_reduced_is_located():
     _check_bug(api.verify_case(megatron_gpt_train.make_case(2, BUG)), 2)
 
 
-@pytest.mark.sweep
+@pytest.mark.slow
 def test_megatron_training_step_tp4():
     _check_correct(api.verify_case(megatron_gpt_train.make_case(4)))
     _check_bug(api.verify_case(megatron_gpt_train.make_case(4, BUG)), 4)
@@ -91,7 +91,6 @@ def test_labels_on_gloo(world):
 
 
 @pytest.mark.slow
-@pytest.mark.sweep
 @pytest.mark.parametrize("world", [2, 4])  # TP 4: the dumps make corpus writes beside TP 2
 def test_training_dump_pair_verifies_and_bug_is_a_violation(tmp_path, monkeypatch, world):
     """The generator's joint fw+bw dumps (make corpus) at TP 2 and 4 with the relations file it writes

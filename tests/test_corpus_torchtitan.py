@@ -1,9 +1,9 @@
 """The corpus: torchtitan's own Llama 3 (GQA with a fused wqkv, SwiGLU, complex RoPE) parallelized
 by torchtitan itself (TP + SP, vocab-sharded logits), examples/corpus/torchtitan_llama.py.
 
-Labels (facts about PyTorch, the sweep test below): on a real gloo group the TP program (its
+Labels (facts about PyTorch, test_label_on_gloo: slow, sweep): on a real gloo group the TP program (its
 ``partial_dtensor`` backend) holds the single device's logits, each rank its vocab chunk.
-Where the engine stands: verified at TP 2 (in make test, ~10 s with the import) and TP 4 (sweep):
+Where the engine stands: verified at TP 2 (in make test, ~10 s with the import) and TP 4 (slow):
 torchtitan's vocab-parallel embedding (ids clamped into the rank's block, the lookup multiplied
 by the in-block mask: the clamp-and-mask lemma of algebra/masks.py), the reduce-scatter into
 sequence shards, RMSNorm, the all-gather, the colwise fused wqkv, complex RoPE
@@ -40,7 +40,7 @@ def test_torchtitan_llama_tp2():
     _check(api.verify_case(torchtitan_llama.make_case(2)))
 
 
-@pytest.mark.sweep
+@pytest.mark.slow
 def test_torchtitan_llama_tp4():
     _check(api.verify_case(torchtitan_llama.make_case(4)))
 

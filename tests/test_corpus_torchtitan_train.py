@@ -1,9 +1,9 @@
 """The corpus: a training step of torchtitan's own Llama 3 (GQA with a fused wqkv, SwiGLU, complex
 RoPE; torchtitan's TP + SP plan), examples/corpus/torchtitan_llama_train.py -- cross-entropy of
 the vocab-sharded logits under ``loss_parallel()``, autograd through the DTensor plan. Verified
-at TP 2 (TP 4 in the sweep); a silent plan mistake (the token ids declared ``Partial``: DTensor
-all-reduces them) is a violation at that all-reduce. Labels (facts about PyTorch, the slow
-sweep test): on a real gloo group the correct step's loss and gradients equal the single
+at TP 2 and 4 (TP 4 slow); a silent plan mistake (the token ids declared ``Partial``: DTensor
+all-reduces them) is a violation at that all-reduce. Labels (facts about PyTorch,
+test_labels_on_gloo: slow, sweep): on a real gloo group the correct step's loss and gradients equal the single
 device's; the mistake runs and its loss differs."""
 import os
 import sys
@@ -46,7 +46,7 @@ def test_torchtitan_training_step_tp2_verifies():
     _check_correct(api.verify_case(torchtitan_llama_train.make_case(2)))
 
 
-@pytest.mark.sweep
+@pytest.mark.slow
 def test_torchtitan_training_step_tp4():
     _check_correct(api.verify_case(torchtitan_llama_train.make_case(4)))
     _check_bug(api.verify_case(torchtitan_llama_train.make_case(4, BUG)), 4)
@@ -79,7 +79,6 @@ def test_labels_on_gloo(world):
 
 
 @pytest.mark.slow
-@pytest.mark.sweep
 @pytest.mark.parametrize("world", [2, 4])  # TP 4: the dumps make corpus writes beside TP 2
 def test_dumps_verify_and_bug_is_a_violation(tmp_path, monkeypatch, world):
     """The generator's readable dumps (make corpus) at TP 2 and 4: torchtitan's forward and its training

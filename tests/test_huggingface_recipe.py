@@ -2,7 +2,7 @@
 parallelized by transformers' own tp_plan through its public route, verified with eager and
 sdpa attention; an injected plan bug located at its node. The labels (the correct program
 agrees with the single device on a real gloo group, the buggy one does not) are checked by
-the slow test at the end."""
+test_labels_on_gloo at the end (eager: slow; sdpa: sweep)."""
 import os
 import sys
 
@@ -49,7 +49,7 @@ def _producer_chain(graph, node):
             return seen
 
 
-@pytest.mark.parametrize("attn", ["eager", pytest.param("sdpa", marks=(pytest.mark.slow, pytest.mark.sweep))])
+@pytest.mark.parametrize("attn", ["eager", pytest.param("sdpa", marks=pytest.mark.slow)])
 def test_extra_all_reduce_plan_entry_is_located(attn):
     import importlib.util
     spec = importlib.util.spec_from_file_location("hf_llama_tp_mlp_all_reduce", BUG)
@@ -86,7 +86,6 @@ def test_training_step_verifies_eager():
 
 
 @pytest.mark.slow
-@pytest.mark.sweep
 def test_training_step_verifies_sdpa():
     """sdpa's backward with an explicit (padding/causal) mask: the mask is one more child of the term."""
     report = api.verify_case(_train_case("sdpa"))
