@@ -325,7 +325,9 @@ def derive_loop(gm, count: int, reduced: int, t: int, odd_last: bool):
     except KeyError:
         return None
     graph.lint()
-    return torch.fx.GraphModule(gm, graph)
+    from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
+    with _use_lazy_graph_module(True):  # its code is generated only if it is called (it is interpreted)
+        return _make_graph_module(gm, graph)
 
 
 def _meta_copy(value):
