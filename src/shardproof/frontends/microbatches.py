@@ -4,8 +4,9 @@ the graph of the real loop (all M microbatches) is derived from that trace by re
 generic body.
 
 Soundness rests on eager records, as for rank classes (rank_classes.py): the rank's step is
-run eagerly with M microbatches and with the reduced count M' (its batch: the first M'
-microbatch slices of its own batch), each under :class:`MicrobatchRecord`, which records
+run eagerly with M microbatches (its fingerprint's run, which records the loop too) and with
+the reduced count M' (its batch: the first M' microbatch slices of its own batch), each under
+:class:`MicrobatchRecord`, which records
 every ATen op per segment -- before the loop, each microbatch, after the loop -- with where
 each tensor argument came from, relative to the segment: its own earlier op, the previous
 microbatch's op (the accumulator), an op before the loop (``"m"`` where it is the output of
@@ -18,10 +19,9 @@ run's one for one (the loop's prefix and tail included, the number of slices abs
 then the full program's op sequence is the reduced one's with the generic body repeated.
 
 The derived fx graph is built from the reduced trace in the full program's order (fresh
-node names, as a trace would name them), its types and layouts come from a run on meta
-tensors with the full inputs, its collectives must be the full record's, and it is run once
-on the full inputs against the eager outputs (a derivation slip, e.g. a shape baked into the
-trace, is refused). Whatever fails falls back to tracing the whole loop (``None``).
+node names, as a trace would name them), it is run once on the full inputs against the eager
+outputs (a derivation slip, e.g. a shape baked into the trace, is refused) and that run gives
+its types and layouts, and its collectives must be the full record's. Whatever fails falls back to tracing the whole loop (``None``).
 
 The proof concludes the generic microbatches after three of them by induction where that
 proves the step (engine/induction.py), else it interprets every microbatch; the capture is
