@@ -26,6 +26,7 @@ import mb8_mlp_train_first_slice  # noqa: E402
 import mb8_mlp_train_last_doubled  # noqa: E402
 import mb8_mlp_train_last_not_accumulated  # noqa: E402
 import mb8_mlp_train_middle_doubled  # noqa: E402
+import mb8_mlp_train_rank1_last_doubled  # noqa: E402
 import mb8_mlp_train_row_ids_clamped  # noqa: E402
 import mb8_mlp_train_same_row_ids  # noqa: E402
 
@@ -194,6 +195,29 @@ def test_missing_accumulation_in_the_last_microbatch_is_found():
     assert "microbatch 7 runs another program" in report.findings[0].message, report.findings[0].message
 
 
+def test_each_class_derives_its_loop_from_its_own_fingerprint_run(monkeypatch):
+    """The full loop's eager record is the rank's fingerprint run (one eager run per rank, plus
+    one reduced run per class): a bug on dp rank 1's last microbatch only makes rank 1 its
+    own class, whose loop is derived from its own record (the odd last traced) and the
+    finding names rank 1 and microbatch 7; rank 0's loop is the correct one's."""
+    counts = []
+    original = microbatches.MicrobatchRecord.__init__
+
+    def counting(self, inputs, count):
+        counts.append(count)
+        original(self, inputs, count)
+    monkeypatch.setattr(microbatches.MicrobatchRecord, "__init__", counting)
+    _, report, traced = _run(mb8_mlp_train_rank1_last_doubled)
+    assert sorted(counts) == [3, 4, 8, 8], "two fingerprint runs (8 microbatches), one reduced run per class"
+    loops = {c["representative"]: c["microbatch_loop"] for c in report.rank_classes}
+    assert [c["ranks"] for c in report.rank_classes] == [[0], [1]]
+    assert loops[0]["traced"] == [0, 1, 2] and loops[1]["traced"] == [0, 1, 2, 7], loops
+    assert sorted(traced) == [3, 4]
+    assert report.status == "violation", report
+    finding = report.findings[0]
+    assert finding.rank == [1] and finding.microbatch == 7 and "microbatch 7" in finding.message, finding
+
+
 def test_a_constant_of_the_microbatch_count_is_not_derived():
     """Scaled by 8 / train.microbatches: the reduced run is another program, so the loop is
     traced whole (8 microbatches), and the step still verifies -- by induction over the loop
@@ -254,7 +278,7 @@ def test_batch_non_uniform_programs(name, bug):
     ("mb8_mlp_train_row_ids_clamped", False), ("mb8_mlp_train_single_row_mask", False),
     ("mb8_mlp_train_single_cat_scaled", False), ("mb8_mlp_train_parallel_row_mask", False),
     ("mb8_mlp_train_both_row_mask", True), ("mb8_mlp_train_same_row_ids", True),
-    ("mb8_mlp_train_parallel_cat_scaled", False)])
+    ("mb8_mlp_train_parallel_cat_scaled", False), ("mb8_mlp_train_rank1_last_doubled", False)])
 def test_labels_on_gloo(name, want):
     """Correct programs' gradients equal the single-device ones on every rank; the buggy
     ones' differ on every rank (after the dp all_reduce)."""

@@ -4,8 +4,9 @@ the graph of the real loop (all M microbatches) is derived from that trace by re
 generic body.
 
 Soundness rests on eager records, as for rank classes (rank_classes.py): the rank's step is
-run eagerly with M microbatches and with the reduced count M' (its batch: the first M'
-microbatch slices of its own batch), each under :class:`MicrobatchRecord`, which records
+run eagerly with M microbatches (its fingerprint's run, which records the loop too) and with
+the reduced count M' (its batch: the first M' microbatch slices of its own batch), each under
+:class:`MicrobatchRecord`, which records
 every ATen op per segment -- before the loop, each microbatch, after the loop -- with where
 each tensor argument came from, relative to the segment: its own earlier op, the previous
 microbatch's op (the accumulator), an op before the loop (``"m"`` where it is the output of
@@ -18,10 +19,9 @@ run's one for one (the loop's prefix and tail included, the number of slices abs
 then the full program's op sequence is the reduced one's with the generic body repeated.
 
 The derived fx graph is built from the reduced trace in the full program's order (fresh
-node names, as a trace would name them), its types and layouts come from a run on meta
-tensors with the full inputs, its collectives must be the full record's, and it is run once
-on the full inputs against the eager outputs (a derivation slip, e.g. a shape baked into the
-trace, is refused). Whatever fails falls back to tracing the whole loop (``None``).
+node names, as a trace would name them), it is run once on the full inputs against the eager
+outputs (a derivation slip, e.g. a shape baked into the trace, is refused) and that run gives
+its types and layouts, and its collectives must be the full record's. Whatever fails falls back to tracing the whole loop (``None``).
 
 The proof concludes the generic microbatches after three of them by induction where that
 proves the step (engine/induction.py), else it interprets every microbatch; the capture is
@@ -32,27 +32,43 @@ from __future__ import annotations
 import copy
 import operator
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
-from .rank_classes import OpRecord, _collectives, _current_microbatch, plain_step
+from .rank_classes import OpRecord, _collectives, _current_microbatch, fingerprint_step, walk_args
 from .torch_capture import fake_world, from_fx
-from .torch_collectives import ASYNC_ISSUED, functional_collectives
-from .torch_p2p import PIPELINE_META, attach_events, recording as p2p_recording
+from .torch_collectives import functional_collectives
+from .torch_p2p import PIPELINE_META, attach_events
 
 MIN_SAVED = 2  # derive only where at least this many microbatches are not traced (bench: deriving one
 # costs more than tracing it -- two eager records, the meta run, the derived graph)
 ENABLED = True  # False: every microbatch traced (the bench's baseline)
 
 
+@dataclass
+class LoopRecord:
+    """A finished :class:`MicrobatchRecord`: plain data (it travels to capture workers)."""
+    segments: dict
+    unsupported: str | None
+    count: int
+    groups: list
+
+    def bodies(self) -> list[str] | None:
+        """Each microbatch's program (a string key), in order; None where the loop is not one
+        of `count` microbatches run in order."""
+        if self.unsupported or sorted(k for k in self.segments if isinstance(k, int)) != list(range(self.count)):
+            return None
+        return [repr(self.segments[m]) for m in range(self.count)]
+
+
 class MicrobatchRecord(OpRecord):
     """Ops per segment (``"pre"``, a microbatch index, ``"post"``), tensors referenced
-    relative to the segment (module doc); `unsupported` says why a loop cannot be derived."""
+    relative to the segment (module doc); `unsupported` says why a loop cannot be derived.
+    It is an :class:`OpRecord` too (the rank's fingerprint): one eager run gives both."""
 
     def __init__(self, inputs: list, count: int):
         super().__init__(inputs)
-        self._ids = {}  # (OpRecord's numbering unused: a tensor not in _where is hashed by value)
         self._where = {id(t): ("in", i) for i, t in enumerate(inputs)}
         self.count = count
         self.segments: dict = {"pre": []}
@@ -68,10 +84,10 @@ class MicrobatchRecord(OpRecord):
         self._last = mb
         return mb
 
-    def _ref(self, t, start):
+    def _loop_ref(self, t):
         where = self._where.get(id(t))
-        if where is None:
-            return super()._ref(t, None)
+        if where is None:  # made outside the dispatcher: by value
+            return self._ref(t, None)
         seg, ctx = where[0], self._ctx
         if seg == "in" or seg == ctx:
             return where if seg == "in" else ("self",) + where[1:]
@@ -89,27 +105,34 @@ class MicrobatchRecord(OpRecord):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out, op, args = self._call(func, args, kwargs)
-        seg = self._ctx = self._segment(_current_microbatch())
+        mb = _current_microbatch()
+        seg = self._ctx = self._segment(mb)
         ops = self.segments.setdefault(seg, [])
         outs = out if isinstance(out, (tuple, list)) else (out,)
         many = "M" if seg == "pre" and isinstance(out, (tuple, list)) and len(out) == self.count else len(outs)
-        ops.append((op, self._arg(args, None), self._arg(kwargs, None), many))
+        ops.append((op, walk_args(args, self._loop_ref), walk_args(kwargs, self._loop_ref), many))
+        self._note(op, args, kwargs, out, mb)
         for j, t in enumerate(outs):
             if isinstance(t, torch.Tensor):
                 self._where[id(t)] = (seg, len(ops) - 1, j)
-                self._keep.append(t)
         return out
 
-    def returned(self, outputs: list) -> tuple:
+    def finish(self, inputs: dict, names: list, outs: list, events: list, program) -> tuple:
+        """(loop record, step inputs, output names, eager outputs, events, the returned
+        tensors' references, the microbatch dim) of the run recorded."""
         self._ctx = "post"
-        return tuple(self._ref(o, None) if isinstance(o, torch.Tensor) else repr(o) for o in outputs)
+        returned = tuple(self._loop_ref(o) if isinstance(o, torch.Tensor) else repr(o) for o in outs)
+        record = LoopRecord(self.segments, self.unsupported, self.count, list(self.groups))
+        return record, inputs, list(names), outs, list(events), returned, getattr(program, "microbatch_dim", 0)
 
-    def bodies(self) -> list[str] | None:
-        """Each microbatch's program (a string key), in order; None where the loop is not one
-        of `count` microbatches run in order."""
-        if self.unsupported or sorted(k for k in self.segments if isinstance(k, int)) != list(range(self.count)):
-            return None
-        return [repr(self.segments[m]) for m in range(self.count)]
+
+def loop_record(train):
+    """The record a fingerprint's eager run uses to record the loop too (None where no loop
+    is derived: fewer than 3 microbatches, or the rule off)."""
+    count = getattr(train, "microbatches", 1) or 1
+    if count < 3 or not ENABLED:
+        return None
+    return lambda values: MicrobatchRecord(values, count)
 
 
 def plan(keys: list[str]) -> tuple[int, bool] | None:
@@ -138,26 +161,12 @@ def source_of(k: int, count: int, t: int, odd_last: bool) -> int:
 # ---------------------------------------------------------------- eager records
 
 def _record(make_program, rank: int, world: int, data: dict, train):
-    """(record, step inputs, output names, eager outputs, events, program) of rank `rank`'s
-    step run eagerly; None where the program is not a plain training step."""
-    from torch.fx import traceback as fx_traceback
-    with fake_world(rank, world):
-        try:
-            step = plain_step(make_program, rank, world, data, train)
-            if step is None:
-                return None
-            program, flat_fn, inputs, names, values = step
-            record, issued = MicrobatchRecord(values, train.microbatches), ASYNC_ISSUED[0]
-            with p2p_recording() as events, fx_traceback.preserve_node_meta(), record:
-                outs = flat_fn(*values)
-            returned = record.returned(outs)
-        except Exception:  # noqa: BLE001  (the full trace reports it)
-            return None
-        if ASYNC_ISSUED[0] > issued:  # async collectives: their events come from an eager run of the whole step
-            return None
-    if any(getattr(e, "peer", None) is not None for e in events):
-        return None
-    return record, inputs, list(names), outs, list(events), returned, program
+    """:meth:`MicrobatchRecord.finish` of rank `rank`'s step run eagerly; None where the
+    program is not a plain training step (the fingerprint's run: rank_classes.py)."""
+    count = train.microbatches
+    fp = fingerprint_step(make_program, rank, world, data, train, routed=True,
+                          loop=lambda values: MicrobatchRecord(values, count))
+    return fp.loop if fp is not None else None
 
 
 def reduced_data(data: dict, count: int, reduced: int, dim: int) -> dict | None:
@@ -316,64 +325,76 @@ def derive_loop(gm, count: int, reduced: int, t: int, odd_last: bool):
     except KeyError:
         return None
     graph.lint()
-    return torch.fx.GraphModule(gm, graph)
+    from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
+    with _use_lazy_graph_module(True):  # its code is generated only if it is called (it is interpreted)
+        return _make_graph_module(gm, graph)
 
 
-def _meta_types(gm, args: list) -> dict | None:
-    """Every node's ``meta["val"]`` from a run on meta tensors with `args` (the full
-    inputs), and the layouts (meta_layouts); None where a node cannot run there."""
-    from .meta_layouts import _MetaRun, _meta_like
-    storages: dict = {}
+def _meta_copy(value):
+    """`value` with each tensor a meta tensor of its dtype, shape and strides (a node's
+    ``meta["val"]``: from_fx reads its type)."""
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_meta_copy(v) for v in value)
+    return value
 
-    class _Typed(_MetaRun):
-        def run_node(self, n):
-            out = super().run_node(n)
-            n.meta["val"] = out
-            return out
-    run = _Typed(gm, storages)
+
+class _TypedRun(torch.fx.Interpreter):
+    """The derived module run on the full inputs: every node's ``meta["val"]`` and storage
+    layout (strides, offset) from its eager value, as the eager step computes them."""
+
+    def __init__(self, gm):
+        super().__init__(gm)
+        self.layouts: dict = {}
+
+    def run_node(self, n):
+        out = super().run_node(n)
+        n.meta["val"] = _meta_copy(out)
+        if isinstance(out, torch.Tensor) and out.layout == torch.strided:
+            self.layouts[n] = (tuple(int(x) for x in out.stride()), int(out.storage_offset()))
+        return out
+
+
+def _typed_run(gm, values: list, outs: list) -> dict | None:
+    """One run of the derived module on the full inputs (inside the rank's fake world, its
+    process groups made): its nodes typed and their layouts (fx node -> (strides, offset)),
+    None where it fails or its outputs are not the eager step's (a derivation slip)."""
+    run = _TypedRun(gm)
     try:
-        run.run(*[_meta_like(a, storages) for a in args])
+        got = run.run(*values)
     except Exception:  # noqa: BLE001  (the loop is then traced whole)
         return None
-    return run.layouts
-
-
-def _agrees(gm, values: list, outs: list) -> bool:
-    """Whether the derived module, run on the full inputs, gives the eager step's outputs
-    (inside the rank's fake world, its process groups made)."""
-    try:
-        got = gm(*values)
-    except Exception:  # noqa: BLE001
-        return False
     if len(got) != len(outs):
-        return False
+        return None
     for a, b in zip(got, outs):
         if isinstance(b, torch.Tensor):
             if not isinstance(a, torch.Tensor) or a.shape != b.shape or not torch.allclose(
                     a.double(), b.double(), rtol=1e-5, atol=1e-7, equal_nan=True):
-                return False
-    return True
+                return None
+    return run.layouts
 
 
 # ---------------------------------------------------------------- capture
 
 def capture_loop(make_program, rank: int, world: int, data: dict, train, events: bool = False,
-                 keep: dict | None = None):
+                 keep: dict | None = None, full: tuple | None = None):
     """``(graph, inputs, info)`` of rank `rank`'s step, its microbatch loop traced reduced
     and derived (module doc); None where the rule does not apply (trace the loop whole).
-    `info`: ``{"microbatches", "traced", "generic", "derived"}`` for the report."""
+    `info`: ``{"microbatches", "traced", "generic", "derived"}`` for the report. `full`: the
+    rank's loop record from its fingerprint's eager run (rank_classes.py), else run here."""
     count = getattr(train, "microbatches", 1) or 1
     if count < 3 or not ENABLED:
         return None
     with functional_collectives():
-        full = _record(make_program, rank, world, data, train)
+        full = full or _record(make_program, rank, world, data, train)
         keys = full[0].bodies() if full else None
         shape = plan(keys) if keys else None
         if shape is None:
             return None
         t, odd_last = shape
         reduced = t + 1 + odd_last
-        small_data = reduced_data(data, count, reduced, getattr(full[6], "microbatch_dim", 0))
+        small_data = reduced_data(data, count, reduced, full[6])
         small_train = replace(train, microbatches=reduced)
         small = _record(make_program, rank, world, small_data, small_train)
     if small is None or not _same_records(full, small, t, odd_last):
@@ -382,13 +403,12 @@ def capture_loop(make_program, rank: int, world: int, data: dict, train, events:
     kept: dict = {}
     traced, _ = tt.capture_rank_step(make_program, rank, world, small_data, small_train, False, kept)
     gm = derive_loop(kept["gm"], count, reduced, t, odd_last)
-    values = list(full[1].values())
-    layouts = _meta_types(gm, values) if gm is not None else None
-    if layouts is None:
+    if gm is None:
         return None
     with fake_world(rank, world), functional_collectives():
         make_program(rank, world)  # its process groups, named as when it was traced
-        if not _agrees(gm, values, full[3]):
+        layouts = _typed_run(gm, list(full[1].values()), full[3])
+        if layouts is None:
             return None
         graph = from_fx(gm.graph, list(full[1]), full[2], f"rank {rank}", layouts)
     if [tuple(n.args[-1]) for n in _collectives(graph)] != full[0].groups:
@@ -407,10 +427,10 @@ def capture_loop(make_program, rank: int, world: int, data: dict, train, events:
 
 
 def capture_rank(make_program, rank: int, world: int, data: dict, train, events: bool = False,
-                 keep: dict | None = None):
+                 keep: dict | None = None, full: tuple | None = None):
     """(graph, inputs, info) with the loop derived where :func:`capture_loop` applies, else
-    the whole step traced (info None)."""
-    got = capture_loop(make_program, rank, world, data, train, events, keep)
+    the whole step traced (info None). `full`: see :func:`capture_loop`."""
+    got = capture_loop(make_program, rank, world, data, train, events, keep, full)
     if got is not None:
         return got
     from . import torch_train as tt

@@ -42,6 +42,7 @@ class Fingerprint:
     inputs: dict
     layouts: tuple
     microbatches: dict = field(default_factory=dict)
+    loop: object = None  # the same eager run's microbatch loop record (frontends/microbatches.py: LoopRecord)
 
 
 def _layout(t) -> tuple:
@@ -74,15 +75,7 @@ class OpRecord(TorchDispatchMode):
         return ref - start if ref >= start else "outer"  # within a microbatch: its own tensors by position
 
     def _arg(self, a, start):
-        if isinstance(a, torch.Tensor):
-            return self._ref(a, start)
-        if isinstance(a, (list, tuple)):
-            return tuple([self._arg(x, start) for x in a])
-        if isinstance(a, dict):
-            return tuple([(k, self._arg(v, start)) for k, v in a.items()])
-        if a is None or isinstance(a, (bool, int, float, complex, str)):
-            return a
-        return str(a)  # dtypes, devices, layouts, memory formats
+        return walk_args(a, lambda t: self._ref(t, start))
 
     def _call(self, func, args, kwargs):
         """Run the op: (its output, its name, its args with a collective's group abstracted
@@ -100,7 +93,11 @@ class OpRecord(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out, op, args = self._call(func, args, kwargs)
-        mb = _current_microbatch()
+        self._note(op, args, kwargs, out, _current_microbatch())
+        return out
+
+    def _note(self, op, args, kwargs, out, mb) -> None:
+        """Hash the op into the record (and its microbatch's), number its tensor outputs."""
         if mb is not None and mb not in self._mb_start:
             self._mb_start[mb] = self._tensors
             self._mb_hash[mb] = hashlib.blake2b(digest_size=20)
@@ -113,13 +110,26 @@ class OpRecord(TorchDispatchMode):
                 self._ids[id(t)] = self._tensors
                 self._tensors += 1
                 self._keep.append(t)
-        return out
 
     def key(self) -> str:
         return self._hash.hexdigest()
 
     def microbatch_keys(self) -> dict:
         return {mb: h.hexdigest() for mb, h in self._mb_hash.items()}
+
+
+def walk_args(a, ref: Callable):
+    """An op's argument as a hashable record: tensors as `ref(tensor)`, containers walked,
+    scalars as themselves, anything else by its string (dtypes, devices, layouts)."""
+    if isinstance(a, torch.Tensor):
+        return ref(a)
+    if isinstance(a, (list, tuple)):
+        return tuple([walk_args(x, ref) for x in a])
+    if isinstance(a, dict):
+        return tuple([(k, walk_args(v, ref)) for k, v in a.items()])
+    if a is None or isinstance(a, (bool, int, float, complex, str)):
+        return a
+    return str(a)  # dtypes, devices, layouts, memory formats
 
 
 def _current_microbatch():
@@ -144,22 +154,24 @@ def plain_step(make_program: Callable, rank: int, world: int, data: dict, train)
 
 
 def fingerprint_step(make_program: Callable, rank: int, world: int, data: dict, train,
-                     routed: bool = False) -> Fingerprint | None:
+                     routed: bool = False, loop: Callable | None = None) -> Fingerprint | None:
     """Rank `rank`'s eager record (None where the program is not one this covers, or its
     eager run fails: it is then captured fully, which reports any error). `routed`: the
-    caller holds :func:`functional_collectives` already (entering it scans every module)."""
+    caller holds :func:`functional_collectives` already (entering it scans every module).
+    `loop(values)`: an OpRecord that also records the microbatch loop (microbatches.py), whose
+    ``finish(...)`` becomes ``Fingerprint.loop``: one eager run serves both."""
     from torch.fx import traceback as fx_traceback
     with fake_world(rank, world):
         try:
             step = plain_step(make_program, rank, world, data, train)
             if step is None:
                 return None
-            _, flat_fn, inputs, outputs, values = step
+            program, flat_fn, inputs, outputs, values = step
             issued = ASYNC_ISSUED[0]
-            record = OpRecord(values)
+            record = (loop or OpRecord)(values)
             with contextlib.nullcontext() if routed else functional_collectives(), p2p_recording() as events, \
                     fx_traceback.preserve_node_meta(), record:
-                flat_fn(*values)
+                outs = flat_fn(*values)
         except Exception:  # noqa: BLE001  (the full capture reports it)
             return None
         if ASYNC_ISSUED[0] > issued or any(getattr(e, "peer", None) is not None for e in events):
@@ -167,7 +179,8 @@ def fingerprint_step(make_program: Callable, rank: int, world: int, data: dict, 
     signature = tuple((n, tuple(v.shape), str(v.dtype), tuple(v.stride())) for n, v in inputs.items()) + (tuple(outputs),)
     key = hashlib.blake2b(repr((signature, record.key())).encode(), digest_size=20).hexdigest()
     layouts = tuple(_layout(v) for v in inputs.values())
-    return Fingerprint(key, record.groups, dict(zip(inputs, values)), layouts, record.microbatch_keys())
+    return Fingerprint(key, record.groups, dict(zip(inputs, values)), layouts, record.microbatch_keys(),
+                       record.finish(inputs, outputs, outs, events, program) if loop else None)
 
 
 def derivable(graph: Graph, fp: Fingerprint) -> bool:
@@ -297,7 +310,8 @@ def capture_class(make_program: Callable, world: int, data_of: Callable, train, 
     from .torch_events import rank_events
     from .microbatches import capture_rank
     keep: dict = {}
-    graph, value, loop = capture_rank(make_program, members[0], world, data_of(members[0]), train, events, keep)
+    graph, value, loop = capture_rank(make_program, members[0], world, data_of(members[0]), train, events, keep,
+                                      fps[0].loop if fps[0] is not None else None)
     graphs, values = [graph], [value]
     derived = len(members) > 1 and derivable(graph, fps[0])
     for r, fp in zip(members[1:], fps[1:]):
@@ -323,9 +337,15 @@ def capture_by_class(make_program: Callable, world: int, data_of: Callable, trai
     `map_classes(capture, classes)`: runs ``capture(i)`` for each class (an executor's
     workers: frontends/rank_pool.py); None: here, one after the other, `say(representative)`
     before each."""
+    from .microbatches import loop_record
     with functional_collectives():
-        fps = [fingerprint_step(make_program, r, world, data_of(r), train, routed=True) for r in range(world)]
+        fps = [fingerprint_step(make_program, r, world, data_of(r), train, routed=True, loop=loop_record(train))
+               for r in range(world)]
     classes = classes_of(fps)
+    for members in classes:  # only a representative's loop record is used (capture_class)
+        for r in members[1:]:
+            if fps[r] is not None:
+                fps[r].loop = None
 
     def capture(i: int):
         return capture_class(make_program, world, data_of, train, events, classes[i], [fps[r] for r in classes[i]])
