@@ -78,7 +78,7 @@ def test_wrong_layer_weights_located():
     assert "layers.1.attention_norm.weight: held of layers.0.attention_norm.weight" in report.findings[0].message
 
 
-@pytest.mark.slow  # 2 gloo runs of 4 processes
+@pytest.mark.sweep  # 2 gloo runs of 4 processes (~90 s wall under load): make test-all
 def test_wrong_layer_label_on_gloo():
     from gloo import training_step_agrees
     assert training_step_agrees(os.path.join(HERE, "cases", "step_llama2.py"), 4, 2)
