@@ -66,7 +66,7 @@ def test_screen_layers_relates_no_other_layers_weights():
                       dict(REPLICATED))
 
 
-@pytest.mark.slow  # a full-trace fallback (~10 s)
+@pytest.mark.sweep  # a full-trace fallback (~15 CPU s, ~60 s wall under load): make test-all
 def test_wrong_layer_weights_located():
     from shardproof.step_blocks import verify_step
     report = verify_step(llama_step.step_case(2, buggy_layer=1, bug="wrong-layer"), confirm_draws=NO_CONFIRM)
