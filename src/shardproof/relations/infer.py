@@ -16,7 +16,8 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from .by_value import _holds, candidate_relations, may_be_pieces, relation_by_value  # noqa: F401  (relation_by_value: re-exported)
+from .by_value import _holds, candidate_relations, relation_by_value  # noqa: F401  (relation_by_value: re-exported)
+from .by_value import may_be_pieces
 from .spec import DERIVED, Ignore, Partial, Relation, RelationError, Replicate, Shard, held, parse_relation
 
 
