@@ -39,7 +39,7 @@ import hashlib
 
 from .api import REDRAW_SEED, _numpy, prepare, training_expectations, verify_prepared
 from .engine import blocks as eb
-from .frontends.torch_blocks import GRAD, block_case, dispatch_text, screening
+from .frontends.torch_blocks import GRAD, BlockVJP, block_case, dispatch_text, screening
 from .relations.infer import parse_spec, resolve_inputs
 from .relations.spec import parse_relation
 
@@ -73,6 +73,45 @@ def screen_block(single, parallel_of_rank: Callable, x, g, world: int, name: str
                 rank_values.append(_numpy(program_inputs(program, case.inputs)))
     finally:
         draws.restore(case.single, saved)
+    return _key(case, saved, texts, seq_values, rank_values)
+
+
+def screen_layers(single_layers: list, rank_layers: Callable, x, g, world: int, name: str, inputs: dict) -> list:
+    """Every layer's :func:`screen_block` key, with each rank's model built **once** for all
+    layers (``rank_layers(rank, world)``: the layers of rank `rank`'s model, built from the
+    single-device layers as they are at the call) instead of once per layer (issue 16: building
+    a whole N-layer model per layer was quadratic in N). Layer ``i`` is redrawn with the seed
+    ``REDRAW_SEED + i`` (distinct values in every layer, so a rank layer that holds another
+    layer's weights relates to no input of its own block, as when only its own layer was
+    redrawn), all layers before any rank model is built; each layer's record is then exactly
+    what :func:`screen_block` records of it. Runs inside
+    :func:`~shardproof.frontends.torch_blocks.screening`."""
+    from .frontends import torch_draws as draws
+    from .frontends.torch_capture import fake_world, program_inputs
+    cases = [_case(layer, None, x, g, world, f"{name} layer {i}", inputs) for i, layer in enumerate(single_layers)]
+    saved = [draws.snapshot(c.single) for c in cases]
+    try:
+        for i, c in enumerate(cases):
+            draws.redraw(c.single, REDRAW_SEED + i)
+        texts = [[dispatch_text(c.single, c.inputs)] for c in cases]
+        seq_values = [_numpy(program_inputs(c.single, c.inputs)) for c in cases]
+        rank_values: list = [[] for _ in cases]
+        for rank in range(world):
+            with fake_world(rank, world):
+                layers = rank_layers(rank, world)
+                for i, c in enumerate(cases):
+                    program = BlockVJP(layers[i])
+                    texts[i].append(dispatch_text(program, c.inputs))
+                    rank_values[i].append(_numpy(program_inputs(program, c.inputs)))
+    finally:
+        for c, snap in zip(reversed(cases), reversed(saved)):
+            draws.restore(c.single, snap)
+    return [_key(c, saved[i], texts[i], seq_values[i], rank_values[i]) for i, c in enumerate(cases)]
+
+
+def _key(case, saved: dict, texts: list, seq_values: dict, rank_values: list) -> str:
+    """The screening key: the dispatch records and the inputs' relations resolved by value."""
+    from .frontends.torch_capture import program_inputs
     original = {k: v for k, v in _numpy(program_inputs(case.single, {})).items() if k in seq_values} if saved else {}
     bindings = resolve_inputs({k: v.shape for k, v in seq_values.items()}, [{k: v.shape for k, v in r.items()}
                               for r in rank_values], parse_spec(case.relations), seq_values, rank_values,

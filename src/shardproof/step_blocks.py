@@ -3,7 +3,8 @@
 
     report = verify_step(case)                # case: a training step (Case with train=...)
 
-1. **Screen** every layer of the step as :func:`shardproof.blocks.screen_block` does, with the
+1. **Screen** every layer of the step as :func:`shardproof.blocks.screen_block` does (each rank's
+   model built once for all layers: :func:`shardproof.blocks.screen_layers`), with the
    step's own rank modules (``layers_of(case.distributed(rank, world))[i]``) at the step's
    world: layers with equal dispatched ops and input relations on the single device and on
    every rank form one class.
@@ -34,13 +35,13 @@ from dataclasses import replace
 from typing import Callable
 
 from .api import NO_CONFIRM, prepare, verify_prepared
-from .blocks import REPLICATED, prepare_block, screen_block
+from .blocks import REPLICATED, prepare_block, screen_layers
 from .engine import blocks as eb
 from .frontends.torch_blocks import GRAD, block_case, screening
 from .frontends.torch_block_calls import RANK, SINGLE, layer_tensors, make_opaque, opaque_layers, tp_group_ranks
 from .ops import block_calls as bc
 from .frontends.torch_tail_calls import opaque_updates
-from .relations.spec import Partial, parse_relation
+from .relations.spec import Partial, RelationError, parse_relation
 from .step_tail import proved_updates, prove_classes, update_classes
 
 __all__ = ["verify_step"]
@@ -136,9 +137,13 @@ def verify_step(case, layers_of: Callable = lambda model: list(model.layers), gr
     inputs = dict(REPLICATED)
     of_rank = [_rank_layer(case, layers_of, i) for i in range(len(single_layers))]
     name = case.name or "step"
-    with screening():
-        order = [screen_block(layer, of_rank[i], x, g, world, f"{name} layer {i}", inputs)
-                 for i, layer in enumerate(single_layers)]
+    try:
+        with screening():  # each rank's model built once for all its layers
+            order = screen_layers(single_layers, lambda rank, w: layers_of(case.distributed(rank, w)), x, g, world,
+                                  name, inputs)
+    except RelationError as exc:  # a rank layer holding no piece of its own block's weights: the full trace decides
+        return _full_trace(case, f"a layer's inputs could not be related: {exc}", confirm_draws, fixes,
+                           layers=len(single_layers))
     t_screen = time.perf_counter()
     contracts, table = {}, {}
     for i, key in enumerate(order):

@@ -164,6 +164,20 @@ def _as_layout(dim: int, starts: list[int], locals_: list[np.ndarray], size: int
     return Slices(dim, ranges)
 
 
+def may_be_pieces(whole: np.ndarray, locals_: list[np.ndarray]) -> bool:
+    """A necessary condition for :func:`candidate_relations` to find any relation, cheap to
+    test: every rank's first element occurs in `whole` (every relation it admits is re-checked
+    with ``np.array_equal``, so each element of a piece equals one of `whole`). False: no
+    layout fits, and matching may skip `whole` (issue 16: relating a step's many inputs
+    against every single-device input of the same rank was quadratic in the layers)."""
+    flat = np.asarray(whole).reshape(-1)
+    for loc in locals_:
+        loc = np.asarray(loc)
+        if loc.size and not (flat == loc.reshape(-1)[0]).any():
+            return False
+    return True
+
+
 def candidate_relations(whole: np.ndarray, locals_: list[np.ndarray]) -> tuple[list[Relation], bool]:
     """The relations under which every rank's tensor is a piece of `whole`: the one
     :func:`relation_by_value` finds first, then others the values fit as well (equal

@@ -17,6 +17,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 import numpy as np
 
 from .by_value import _holds, candidate_relations, relation_by_value  # noqa: F401  (relation_by_value: re-exported)
+from .by_value import may_be_pieces
 from .spec import DERIVED, Ignore, Partial, Relation, RelationError, Replicate, Shard, held, parse_relation
 
 
@@ -220,6 +221,8 @@ def infer_by_value(seq_values: Mapping[str, np.ndarray], rank_values: list[Mappi
         candidates += [s for s in seq_values if s != name and np.ndim(seq_values[s]) == locals_[0].ndim]
         found = []
         for seq_name in candidates:
+            if not may_be_pieces(seq_values[seq_name], locals_):
+                continue
             rels, open_ = candidate_relations(np.asarray(seq_values[seq_name]), locals_)
             if rels:
                 found.append((seq_name, rels, open_))

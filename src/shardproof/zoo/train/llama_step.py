@@ -11,6 +11,8 @@ Bugs (layer `buggy_layer` only):
   learning rate / another weight decay than the step's optimizer.
 - ``no-clip`` (tail): that layer's ``wq`` gradient is left out of the clipping (not scaled by
   the clipping coefficient; the norm still counts it).
+- ``wrong-layer``: that layer's rank shards are cut from the layer below's weights (an
+  off-by-one when building the rank model: ``full.layers[i - 1]``).
 - ``dp-rank-loss`` (`buggy_layer` names a dp rank here): that dp rank scales its microbatch
   losses by 1.5 (a rank-specific constant: only that dp replica's gradient contribution is wrong).
 Not a zoo case itself: tests/cases/step_llama*.py are."""
@@ -56,8 +58,11 @@ class ParallelLlamaStep(MegatronTraining, nn.Module):
         nn.Module.__init__(self)
         self.mesh = Mesh(rank, world, tp)
         self.buggy_layer, self.bug = buggy_layer, bug
+        blocks = list(full.layers)
+        if bug == "wrong-layer":
+            blocks[buggy_layer] = blocks[buggy_layer - 1]
         self.layers = nn.ModuleList((BUGS.get(bug, TPLayer) if i == buggy_layer else TPLayer)(block, self.mesh)
-                                    for i, block in enumerate(full.layers))
+                                    for i, block in enumerate(blocks))
         self.replicated = frozenset(f"layers.{i}.{norm}.weight" for i in range(len(full.layers))
                                     for norm in ("attention_norm", "ffn_norm"))
 
