@@ -30,6 +30,7 @@ from typing import Callable
 
 from ..ir.graph import DistributedProgram, Node
 from ..ops.registry import RuleCtx
+from .budget import check as check_budget
 from .lockstep import is_collective
 
 
@@ -167,7 +168,6 @@ class ClassProof:
                 if same is None:
                     same = self.same[(rank, node.name)] = node is hit[0] or _same_node(node, hit[0], self.node_sigs)
                 if same:
-                    from .budget import check as check_budget
                     check_budget(node, rank)
                     if hit[2] is not None and self.tables is not None:
                         self.tables.values[(rank, node.name)] = hit[2]
@@ -197,7 +197,6 @@ class ClassProof:
             same = self.same[(rank, node.name, a)] = twin is not None and (node is twin or _same_node(node, twin, self.node_sigs))
         out = self.param.derive(rank, node, self._inputs(node), env, a) if same else None
         if out is not None:
-            from .budget import check as check_budget
             check_budget(node, rank)
             table = None if self.tables is None else self.tables.values.get((a, node.name))
             if table is not None:  # input-independent: the same program computes the same value
