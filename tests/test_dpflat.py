@@ -6,26 +6,18 @@ difference found on it, even when its class was (wrongly) given to it. Labels: b
 run on a real gloo group against the single-device step (slow): the correct one agrees on
 every rank, the buggy one differs on dp rank 5 only."""
 import os
-import sys
 from dataclasses import replace
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
 
-from shardproof.api import NO_CONFIRM, prepare, verify_prepared  # noqa: E402
+from shardproof.api import NO_CONFIRM, verify_prepared  # noqa: E402
 from shardproof.heap import frozen_heap  # noqa: E402
-
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases", "symmetry")
-sys.path.insert(0, HERE)
+from test_class_proof import HERE, _prepared  # noqa: E402  (it puts tests/cases/symmetry on the path)
 
 import dp8_mlp_train_late_scale  # noqa: E402
 import dp8_mlp_train_rank5_late  # noqa: E402
-
-
-def _prepared(module):
-    case = module.case()
-    return prepare(case, case.world_size)
 
 
 @pytest.fixture(scope="module")
