@@ -21,6 +21,7 @@ from .engine import executor
 from .engine.result import Report
 from .engine.verify import ENGINE_STAGES, differing_outputs, verify_graphs
 from .frontends.user_frame import user_location
+from .heap import frozen_heap
 from .ir.graph import DistributedProgram, Graph
 from .relations.infer import load_yaml, parse_spec, resolve_inputs
 from .relations.spec import RelationError, parse_relation
@@ -194,6 +195,7 @@ def stated_expectations(dist: DistributedProgram) -> dict:
     return {n: rel for n, rel in first.items() if all(g.stated.get(n) == rel for g in dist.graphs[1:])}
 
 
+@frozen_heap()
 def prepare(case: Case, world_size: int | None = None, relations: dict | None = None,
             relations_file: str | None = None, progress: Progress = None, workers: int | None = None) -> Prepared:
     """Capture `case` at `world_size` (default: the case's) and relate its inputs.
@@ -293,6 +295,7 @@ FIX_SEARCH = True
 (``fixes=None``); the CLI's ``--no-fix`` and ``fixes=False`` turn it off for one run."""
 
 
+@frozen_heap()
 def verify_prepared(p: Prepared, views: bool = False, progress: Progress = None,
                     confirm_draws: int | None = None, fixes: bool | None = None) -> Report:
     """Verify; with `views` the report carries every node's relation status (``report.graphs``:

@@ -30,6 +30,7 @@ from typing import Callable
 
 from ..ir.graph import DistributedProgram, Node
 from ..ops.registry import RuleCtx
+from .budget import check as check_budget
 from .lockstep import is_collective
 
 
@@ -48,8 +49,17 @@ def tracked_ctx(reads: list) -> type:
     return Tracked
 
 
+_PLAIN = (int, float, bool, str, type(None))
+
+
 def _shape(value):
     """An argument structure with nodes by name (two ranks' derived nodes compare equal)."""
+    kind = type(value)
+    if kind is Node:
+        return ("node", value.name)
+    if kind is tuple or kind is list:  # one pass, the common items inline
+        return (kind.__name__,) + tuple([("node", v.name) if type(v) is Node else v if type(v) in _PLAIN else _shape(v)
+                                         for v in value])
     if isinstance(value, Node):
         return ("node", value.name)
     if isinstance(value, (list, tuple)):
@@ -59,15 +69,28 @@ def _shape(value):
     return value
 
 
-def _same_node(a: Node, b: Node) -> bool:
-    """Same op, name, type, arguments (operands by name) and operand types (a rule may read
-    an operand's strides)."""
+def _signature(node: Node) -> tuple:
+    """What two ranks' nodes must share for one to stand for the other: op, name, type,
+    arguments (operands by name) and operand types (a rule may read an operand's strides)."""
+    return (node.op, node.name, node.type, _shape(node.args), _shape(node.kwargs), tuple(x.type for x in node.inputs))
+
+
+def _same_node(a: Node, b: Node, signatures: dict | None = None) -> bool:
+    """Whether `a` and `b` have one :func:`_signature`; `signatures` (id(node) -> (node, its
+    signature)) memoizes each node's, so that a representative's is built once for all members."""
     try:
-        return (a.op == b.op and a.name == b.name and a.type == b.type
-                and _shape(a.args) == _shape(b.args) and _shape(a.kwargs) == _shape(b.kwargs)
-                and [x.type for x in a.inputs] == [y.type for y in b.inputs])
+        if signatures is None:
+            return _signature(a) == _signature(b)
+        return _memo_signature(a, signatures) == _memo_signature(b, signatures)
     except Exception:  # noqa: BLE001  (arguments that do not compare: not shared)
         return False
+
+
+def _memo_signature(node: Node, signatures: dict) -> tuple:
+    hit = signatures.get(id(node))
+    if hit is None:
+        hit = signatures[id(node)] = (node, _signature(node))  # the node kept: its id is not reused
+    return hit[1]
 
 
 class ClassProof:
@@ -96,6 +119,7 @@ class ClassProof:
         from .parametric import PARAMETRIC, Parametric
         self.param = Parametric(dist, tables.terms) if PARAMETRIC and tables is not None else None
         self.signatures: dict = {}  # id(node) -> its operands (nodes live as long as the run)
+        self.node_sigs: dict = {}  # id(node) -> (node, its _signature): a representative's built once
 
     def _intern(self, value):
         from ..algebra.layout import Val
@@ -142,9 +166,8 @@ class ClassProof:
             if hit is not None:
                 same = self.same.get((rank, node.name))
                 if same is None:
-                    same = self.same[(rank, node.name)] = node is hit[0] or _same_node(node, hit[0])
+                    same = self.same[(rank, node.name)] = node is hit[0] or _same_node(node, hit[0], self.node_sigs)
                 if same:
-                    from .budget import check as check_budget
                     check_budget(node, rank)
                     if hit[2] is not None and self.tables is not None:
                         self.tables.values[(rank, node.name)] = hit[2]
@@ -171,10 +194,9 @@ class ClassProof:
         twin = self.param.names[a].get(node.name)
         same = self.same.get((rank, node.name, a))
         if same is None:  # op, type, arguments (a scalar, a dim) and operand types: graphs need not come from derive_graph
-            same = self.same[(rank, node.name, a)] = twin is not None and (node is twin or _same_node(node, twin))
+            same = self.same[(rank, node.name, a)] = twin is not None and (node is twin or _same_node(node, twin, self.node_sigs))
         out = self.param.derive(rank, node, self._inputs(node), env, a) if same else None
         if out is not None:
-            from .budget import check as check_budget
             check_budget(node, rank)
             table = None if self.tables is None else self.tables.values.get((a, node.name))
             if table is not None:  # input-independent: the same program computes the same value

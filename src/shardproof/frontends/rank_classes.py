@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
+from torch.fx import traceback as fx_traceback
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..ir.graph import Graph, Node
@@ -133,7 +134,6 @@ def walk_args(a, ref: Callable):
 
 
 def _current_microbatch():
-    from torch.fx import traceback as fx_traceback
     where = (fx_traceback.current_meta.get("custom") or {}).get(PIPELINE_META)
     return where[1] if isinstance(where, tuple) and where[0] is None else None
 
@@ -160,7 +160,6 @@ def fingerprint_step(make_program: Callable, rank: int, world: int, data: dict, 
     caller holds :func:`functional_collectives` already (entering it scans every module).
     `loop(values)`: an OpRecord that also records the microbatch loop (microbatches.py), whose
     ``finish(...)`` becomes ``Fingerprint.loop``: one eager run serves both."""
-    from torch.fx import traceback as fx_traceback
     with fake_world(rank, world):
         try:
             step = plain_step(make_program, rank, world, data, train)
@@ -227,7 +226,8 @@ def derive_graph(rep: Graph, rep_fp: Fingerprint, gm, fp: Fingerprint, rank: int
         if n.name in groups:
             args = args[:-1] + (groups[n.name],)
         ty = n.type if layouts is None else _with_storage(_plain(n.type), layouts.get(n.name))
-        new = replace(n, args=args, kwargs=_remap(n.kwargs, env), type=ty)
+        new = object.__new__(Node)  # dataclasses.replace without re-running __init__ (every field copied)
+        new.__dict__.update(n.__dict__, args=args, kwargs=_remap(n.kwargs, env), type=ty)
         env[n.name] = new
         nodes.append(new)
     return Graph(nodes=nodes, outputs={k: env[v.name] for k, v in rep.outputs.items()}, label=f"rank {rank}",
