@@ -3,7 +3,8 @@
 ``x = cat(p_0, ..., p_{k-1})`` along dim c, viewed with dim c split into factors, and summed
 over one factor of that split: each index i of the summed factor selects the positions of c
 whose digit there is i, so the sum is ``Σ_i x[positions_i]`` (exact: a sum over a dim is the
-sum of its slices). Each slice is a layout of the pieces (``layout.take``), and their sum is
+sum of its slices). Each slice is cut into runs within the pieces (``layout.piece_runs``); slices
+whose runs align are summed run by run, and each run's sum is
 normalized exactly as a collective's sum of the ranks' values is (``ranks.combine``): equal
 parts scale, linear ops with the same other operands distribute, pieces of one reduction over
 a partition complete to the whole reduction. So complementary partial sums, each carried
@@ -12,6 +13,12 @@ sum (a repeated KV head's gradient under Ulysses: each rank sums its own query h
 backward multiplies, the repeat's backward adds the replicas) meet the single device's map of
 the whole sum. Where the slices do not combine (the sum would be an opaque ``sum_ranks``), the
 plain reduction stands.
+
+Whole sums also take one normal form however a program nests them (term rewrites below): a sum
+of a sum is one sum; a sum moves under a concatenation along another dim, a selection of other
+dims and a zero fill; a factor constant along the summed dims moves out of it. Soundness:
+tests/harness/test_sum_pieces_vs_torch.py (torch-judged, with twins); gloo-labelled programs:
+tests/test_sum_pieces_cases.py.
 """
 from __future__ import annotations
 
