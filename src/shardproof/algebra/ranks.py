@@ -152,7 +152,9 @@ def sum_terms(terms: TermStore, ts: list[int]) -> int:
             return done
     first = terms[ts[0]]
     same_shape = all(terms[t].op == first.op and terms[t].attrs == first.attrs
-                     and len(terms[t].children) == len(first.children) for t in ts)
+                     and len(terms[t].children) == len(first.children)
+                     and all(terms[c].shape == terms[c0].shape for c, c0 in zip(terms[t].children, first.children))
+                     for t in ts)  # children summed position by position: they must be alike (a cat of uneven pieces is not)
     if same_shape and first.op == "scale":
         return scale(terms, sum_terms(terms, [terms[t].children[0] for t in ts]), first.attrs[0])
     kind = LINEARITY.get(first.op) if _linear_form(first) else None
