@@ -30,7 +30,7 @@ from .diagnose import _src
 from .localize import _findings, _local_finding, _localize
 from .numeric import check_evaluable, evaluate
 from .assumptions import input_breaches
-from .next_step import for_op, for_unproved
+from .next_step import for_breach, for_op, for_unproved
 from .numeric import derive as derive_numeric
 from .positions import name_positions
 from .result import Finding, OutputCheck, Report
@@ -393,7 +393,8 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
         where = f" (relations stop at node {first.node.name}, op {first.node.op})" if first else ""
         if breaches:
             return finish("unknown", reason=f"not verified: {breaches[0]}, so the rules' proof does not hold for "
-                                            f"them; a numeric test on the example inputs shows no difference")
+                                            f"them; a numeric test on the example inputs shows no difference; "
+                                            f"{for_breach()}")
         return finish("unknown", reason=f"could not prove output(s) {', '.join(broken)}{where}; a numeric test on "
                                         f"random inputs shows no difference, so this may be a missing lemma; "
                                         f"{for_unproved(first.node.op if first else None)}")
