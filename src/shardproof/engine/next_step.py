@@ -10,10 +10,21 @@ def for_op(op: str) -> str:
     return f"next step: declare a rule for {op} in a plug-in ({PLUGIN})"
 
 
-def for_unproved(op: str | None = None) -> str:
-    """Outputs the rules did not prove, the relations stopping at `op` (None: unknown)."""
+def unprinted_constants(graphs) -> list[str]:
+    """The constants a dump does not print (``self._tensor_constantN``, value None), by name."""
+    return list(dict.fromkeys(n.name for g in graphs for n in g.nodes
+                              if n.op == "constant" and "value" in n.kwargs and n.kwargs["value"] is None))
+
+
+def for_unproved(op: str | None = None, unprinted: list[str] | None = None) -> str:
+    """Outputs the rules did not prove, the relations stopping at `op` (None: unknown);
+    `unprinted`: constants whose values the dump does not print (the first thing to state)."""
+    shown = ", ".join(unprinted[:6]) + (f" and {len(unprinted) - 6} more" if len(unprinted or ()) > 6 else "") \
+        if unprinted else ""
+    values = f"the values of the constants the dump does not print ({shown}: constants: in the relations file), " \
+        if unprinted else ""
     rule = f"a plug-in rule for {op} if its rule is too weak ({PLUGIN}), " if op else ""
-    return (f"next step: {rule}the relation of an input the inference got wrong (inputs: in the relations "
+    return (f"next step: {values}{rule}the relation of an input the inference got wrong (inputs: in the relations "
             f"file), or the relation expected of the output (expect: in the relations file, --expect) when it "
             f"is not to be recoverable")
 
