@@ -47,6 +47,7 @@ from dataclasses import replace
 from .api import NO_CONFIRM, Prepared, training_expectations, verify_prepared
 from .blocks import _case, rank_builders, stack_contracts
 from .engine import blocks as eb
+from .engine.next_step import for_unconfirmed
 from .engine.result import Confirmation
 from .frontends.torch_blocks import GRAD, dispatch_text, screening
 from .ir.graph import DistributedProgram
@@ -190,7 +191,8 @@ def verify_blocks_at_shapes(real_layers: list, reduced_layers: list, parallel, r
             report.status, report.strength = "unknown", None
             report.confirmation = Confirmation("gloo", 0, "skipped",
                                                "; ".join(why) or "not confirmed at reduced widths")
-            report.reason = f"proved at real shapes; not confirmed: {report.confirmation.detail}"
+            report.reason = (f"proved at real shapes; not confirmed: {report.confirmation.detail}; "
+                             f"{for_unconfirmed(report.confirmation.detail)}")
             shapes["statement"] = report.reason
     report.blocks = dict(report.blocks, shapes=shapes)
     report.stats["wall_seconds"] = round(time.perf_counter() - t0, 4)

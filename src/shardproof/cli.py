@@ -398,6 +398,7 @@ def _verify_runs(args) -> int:
 def _verify_one(args, path, n, module, console):
     from .api import InputError
     from .engine.budget import BudgetExceeded, budget
+    from .engine.next_step import for_budget
     from .engine.result import Report
     from .frontends.fx_text import DumpError
     from .relations.spec import RelationError
@@ -414,7 +415,7 @@ def _verify_one(args, path, n, module, console):
     except BudgetExceeded as exc:
         name = os.path.splitext(os.path.basename(path))[0] if path else "dumps"
         report = Report("unknown", n or getattr(args, "run_world", 0) or 0, name=name,
-                        reason=f"stopped: {exc}; nothing was proved", stats={})
+                        reason=f"stopped: {exc}; nothing was proved; {for_budget()}", stats={})
         report.stats["wall_seconds"] = round(time.perf_counter() - t0, 4)
     if report.world_size == 1:
         report.reason = WORLD_ONE_NOTE + (f"; {report.reason}" if report.reason else "")

@@ -35,6 +35,7 @@ import hashlib
 from dataclasses import dataclass, replace
 
 from ..ir.graph import Graph, Node
+from .next_step import for_unchained
 from .result import Report
 
 LINKS = {"x": "y", "g": "grad_x"}
@@ -157,7 +158,7 @@ def combine(order: list[str], contracts: dict[str, Contract], stack_inputs: dict
                                          if len(base.layers) > 1 else "")
     if broken:
         report.status, report.strength = "unknown", None
-        report.reason = "block contracts do not chain: " + "; ".join(why for _, why in broken[:3])
+        report.reason = "block contracts do not chain: " + "; ".join(why for _, why in broken[:3]) + f"; {for_unchained()}"
     elif bad is not None:
         report.reason = f"{bad.report.reason} ({where})" if bad.report.reason else where
     return report

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..ir.graph import DistributedProgram, Graph
 from ..relations.spec import DERIVED, Ignore, Partial, RelationError, held, parse_relation
+from .next_step import for_unconfirmed
 from .numeric import derive as derive_numeric
 from .result import Confirmation, OutputCheck, Report
 from .verify import output_differs
@@ -211,5 +212,6 @@ def settle(report: Report, confirmation: Confirmation) -> Report:
                          f"it: {confirmation.detail}. This is a bug in shardproof, not a verdict on your program: "
                          f"{REPORT_TO}")
     else:
-        report.reason = f"proved, but not confirmed by execution: {confirmation.detail}"
+        report.reason = (f"proved, but not confirmed by execution: {confirmation.detail}; "
+                         f"{for_unconfirmed(confirmation.detail)}")
     return report

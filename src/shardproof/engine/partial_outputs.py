@@ -43,7 +43,7 @@ def gate(report: Report, expect: dict, allowed) -> Report:
     shown = ", ".join(f"{n} ({holds[n]})" for n in left[:6]) + (f" and {len(left) - 6} more" if len(left) > 6 else "")
     report.status, report.strength = "unknown", None
     report.reason = (f"output(s) {shown} are only partial sums across the ranks: the reduction that completes them "
-                     f"is not in the graph. If it runs outside the graph (a DDP or Megatron gradient reduction), say so "
+                     f"is not in the graph. Next step: if it runs outside the graph (a DDP or Megatron gradient reduction), say so "
                      f"with --allow-partial-outputs {' '.join(left[:3])} (YAML partial_outputs: [{', '.join(left[:3])}]) "
                      f"and the verdict is verified up to that reduction; if the graph should reduce them, the "
                      f"all-reduce is missing; or state each output's relation (expect:)")

@@ -66,8 +66,8 @@ def positions_in(terms: TermStore, sval: Val, dval: Val) -> Optional[list]:
     out = []
     for d in range(len(ts)):
         s_idx, d_idx = vec_array(sval.vecs[d], ts[d]), vec_array(dval.vecs[d], ts[d])
-        if sval.vecs[d] is None and dval.vecs[d] is None:
-            out.append(None)
+        if (sval.vecs[d] is None and dval.vecs[d] is None) or np.array_equal(s_idx, d_idx):
+            out.append(None)  # the same picks (repeated ones too, as repeat_interleave makes): in place
             continue
         inv = np.full(ts[d], -1, dtype=np.int64)
         inv[s_idx] = np.arange(len(s_idx))

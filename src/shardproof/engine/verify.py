@@ -30,7 +30,7 @@ from .diagnose import _src
 from .localize import _findings, _local_finding, _localize
 from .numeric import check_evaluable, evaluate
 from .assumptions import input_breaches
-from .next_step import for_op, for_unproved
+from .next_step import for_breach, for_op, for_unproved, unprinted_constants
 from .numeric import derive as derive_numeric
 from .positions import name_positions
 from .result import Finding, OutputCheck, Report
@@ -384,6 +384,7 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
 
     # The rules did not prove it: look for numeric evidence of a real difference.
     stage(2)
+    unprinted = unprinted_constants([seq] + dist.graphs)
     try:
         differing, (s_in, s_env, d_envs) = differing_outputs(seq, dist, bindings, expect, examples, broken)
     except Exception as exc:  # numerics unavailable (too large, unknown constants): evidence at the broken op
@@ -397,16 +398,17 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
         where = f"; relations stop at node {first.node.name} (op {first.node.op})" if first else ""
         return finish("unknown", reason=f"no proof for output(s) {', '.join(broken)}{where}{breached}, and no "
                                         f"numeric evidence of a difference ({exc}); "
-                                        f"{for_unproved(first.node.op if first else None)}")
+                                        f"{for_unproved(first.node.op if first else None, unprinted)}")
     if not differing:
         first = _localize(run, relater, seq, dist, broken)
         where = f" (relations stop at node {first.node.name}, op {first.node.op})" if first else ""
         if breaches:
             return finish("unknown", reason=f"not verified: {breaches[0]}, so the rules' proof does not hold for "
-                                            f"them; a numeric test on the example inputs shows no difference")
+                                            f"them; a numeric test on the example inputs shows no difference; "
+                                            f"{for_breach()}")
         return finish("unknown", reason=f"could not prove output(s) {', '.join(broken)}{where}; a numeric test on "
                                         f"random inputs shows no difference, so this may be a missing lemma; "
-                                        f"{for_unproved(first.node.op if first else None)}")
+                                        f"{for_unproved(first.node.op if first else None, unprinted)}")
     stage(3)
     report.findings = _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs, gradients)
     return finish("violation")

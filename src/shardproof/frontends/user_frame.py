@@ -10,8 +10,7 @@ import traceback
 
 
 def _library_dirs() -> tuple[str, ...]:
-    import shardproof
-    dirs = {os.path.dirname(os.path.abspath(shardproof.__file__))}
+    dirs = {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}  # the shardproof package
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         path = sysconfig.get_paths().get(key)
         if path:

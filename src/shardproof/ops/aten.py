@@ -233,7 +233,7 @@ def _slice_rule(ctx: RuleCtx, x: Val, dim=0, start=None, end=None, step=1):
 declare(T + "slice", numerics=_slice_num, rule=_slice_rule, doc="basic slicing")
 
 
-def _slice_scatter_num(base, src, dim=0, start=None, end=None, step=1):
+def slice_scatter_num(base, src, dim=0, start=None, end=None, step=1):
     out = as_float(base).copy()
     index = [slice(None)] * out.ndim
     index[dim] = slice(start, end, step)
@@ -241,7 +241,7 @@ def _slice_scatter_num(base, src, dim=0, start=None, end=None, step=1):
     return out
 
 
-def _slice_scatter_rule(ctx: RuleCtx, base: Val, src: Val, dim=0, start=None, end=None, step=1):
+def slice_scatter_rule(ctx: RuleCtx, base: Val, src: Val, dim=0, start=None, end=None, step=1):
     """base with [start:end] along dim replaced by src: the concatenation of the kept
     pieces of base around src (exact; step 1 only)."""
     if step != 1:
@@ -256,7 +256,7 @@ def _slice_scatter_rule(ctx: RuleCtx, base: Val, src: Val, dim=0, start=None, en
     return layout.concat(ctx.terms, pieces, dim) if len(pieces) > 1 else src
 
 
-declare(T + "slice_scatter", numerics=_slice_scatter_num, rule=_slice_scatter_rule, doc="write a slice")
+declare(T + "slice_scatter", numerics=slice_scatter_num, rule=slice_scatter_rule, doc="write a slice")
 
 
 def _slice_backward_rule(ctx: RuleCtx, g: Val, sizes, dim, start, end, step):
@@ -279,7 +279,7 @@ def _slice_backward_rule(ctx: RuleCtx, g: Val, sizes, dim, start, end, step):
 
 
 declare(T + "slice_backward",
-        numerics=lambda g, sizes, dim, start, end, step: _slice_scatter_num(np.zeros(sizes), g, dim, start, end, step),
+        numerics=lambda g, sizes, dim, start, end, step: slice_scatter_num(np.zeros(sizes), g, dim, start, end, step),
         rule=_slice_backward_rule, doc="slice's backward: the gradient written into zeros of the input's shape")
 declare(T + "narrow", numerics=lambda x, dim, start, length: _slice_num(x, dim, start, start + length),
         rule=lambda ctx, x, dim, start, length: _slice_rule(ctx, x, dim, start, start + length), doc="narrow")
@@ -300,18 +300,18 @@ def _even_sizes(size, split_size):
     return [split_size] * (-(-size // split_size)) if size else [0]  # torch: one empty piece
 
 
-def _split_rule(ctx: RuleCtx, x: Val, sizes, dim=0):
+def split_rule(ctx: RuleCtx, x: Val, sizes, dim=0):
     size = shape_of(ctx.terms, x)[dim]
     return tuple(layout.slice_(ctx.terms, x, dim % len(x.vecs), lo, hi) for lo, hi in _split_points(size, sizes))
 
 
-def _split_num(x, sizes, dim=0):
+def split_num(x, sizes, dim=0):
     return tuple(_slice_num(x, dim, lo, hi) for lo, hi in _split_points(np.shape(x)[dim], sizes))
 
 
-declare(T + "split_with_sizes", numerics=_split_num, rule=_split_rule, doc="split into given sizes")
-declare(T + "split", numerics=lambda x, s, dim=0: _split_num(x, _even_sizes(np.shape(x)[dim], s) if isinstance(s, int) else s, dim),
-        rule=lambda ctx, x, s, dim=0: _split_rule(
+declare(T + "split_with_sizes", numerics=split_num, rule=split_rule, doc="split into given sizes")
+declare(T + "split", numerics=lambda x, s, dim=0: split_num(x, _even_sizes(np.shape(x)[dim], s) if isinstance(s, int) else s, dim),
+        rule=lambda ctx, x, s, dim=0: split_rule(
             ctx, x, _even_sizes(shape_of(ctx.terms, x)[dim], s) if isinstance(s, int) else s, dim), doc="split")
 
 
@@ -321,8 +321,8 @@ def _chunk_sizes(size, chunks):
     return _even_sizes(size, -(-size // chunks))
 
 
-declare(T + "chunk", numerics=lambda x, n, dim=0: _split_num(x, _chunk_sizes(np.shape(x)[dim], n), dim),
-        rule=lambda ctx, x, n, dim=0: _split_rule(ctx, x, _chunk_sizes(shape_of(ctx.terms, x)[dim], n), dim),
+declare(T + "chunk", numerics=lambda x, n, dim=0: split_num(x, _chunk_sizes(np.shape(x)[dim], n), dim),
+        rule=lambda ctx, x, n, dim=0: split_rule(ctx, x, _chunk_sizes(shape_of(ctx.terms, x)[dim], n), dim),
         doc="torch.chunk")
 declare(T + "unbind", numerics=lambda x, dim=0: tuple(np.moveaxis(x, dim, 0)),
         rule=lambda ctx, x, dim=0: tuple(layout.select(ctx.terms, x, dim % len(x.vecs), i)

@@ -40,7 +40,7 @@ def _gqa_repeat(q, kv):
     return np.repeat(kv, hq // hkv, axis=-3) if hkv and hq != hkv and hq % hkv == 0 else kv
 
 
-def _sdpa_num(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
+def sdpa_num(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
     q, k, v = as_float(q), as_float(k), as_float(v)
     k, v = _gqa_repeat(q, k), _gqa_repeat(q, v)
     scores, _ = _sdpa_scores(q, k, is_causal, attn_mask, scale)
@@ -100,7 +100,7 @@ def _gqa_heads(terms, q: Val, kv: Val, nd: int) -> Val:
     return layout.take(terms, kv, nd - 3, np.repeat(np.arange(hkv), hq // hkv))
 
 
-def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
+def sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
     """Attention is exact on any common selection of the batch/head dims, and on a
     selection of query rows unless a causal mask ties rows to absolute positions.
 
@@ -147,7 +147,7 @@ def _sdpa_rule(ctx: RuleCtx, q: Val, k: Val, v: Val, dropout_p=0.0, is_causal=Fa
 
 declare((T + "_scaled_dot_product_flash_attention_for_cpu", T + "_scaled_dot_product_efficient_attention",
          T + "_scaled_dot_product_flash_attention"),
-        numerics=_sdpa_num, rule=_sdpa_rule, doc="scaled dot-product attention (out, logsumexp)")
+        numerics=sdpa_num, rule=sdpa_rule, doc="scaled dot-product attention (out, logsumexp)")
 def _sdpa_backward_num(g, q, k, v, out, lse, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **kw):
     g, q, k, v = as_float(g), as_float(q), as_float(k), as_float(v)
     grouped = gqa_backward_num(_sdpa_backward_num, g, q, k, v, out, lse, dropout_p, is_causal, attn_mask, scale, **kw)
@@ -244,5 +244,5 @@ def _sdpa_backward_rule(ctx: RuleCtx, g: Val, q: Val, k: Val, v: Val, out: Val, 
 
 declare(T + "_scaled_dot_product_flash_attention_for_cpu_backward", numerics=_sdpa_backward_num,
         rule=_sdpa_backward_rule, doc="scaled dot-product attention backward (grad q, k, v)")
-declare(T + "scaled_dot_product_attention", numerics=lambda *a, **k: _sdpa_num(*a, **k)[0],
-        rule=lambda ctx, *a, **k: _sdpa_rule(ctx, *a, **k)[0], doc="scaled dot-product attention")
+declare(T + "scaled_dot_product_attention", numerics=lambda *a, **k: sdpa_num(*a, **k)[0],
+        rule=lambda ctx, *a, **k: sdpa_rule(ctx, *a, **k)[0], doc="scaled dot-product attention")

@@ -17,7 +17,7 @@ T = "aten."
 # ------------------------------------------------------------------ embedding and indexing
 
 
-def _embedding_rule(ctx: RuleCtx, w: Val, ids: Val, *a):
+def embedding_rule(ctx: RuleCtx, w: Val, ids: Val, *a):
     w = layout.materialize(ctx.terms, w, [0])
     tshape = ctx.terms.shape(ids.t) + (ctx.terms.shape(w.t)[1],)
     t = ctx.terms.make("embedding", (), (w.t, ids.t), tshape)
@@ -25,7 +25,7 @@ def _embedding_rule(ctx: RuleCtx, w: Val, ids: Val, *a):
 
 
 declare(T + "embedding", numerics=lambda w, ids, *a: as_float(w)[np.asarray(ids, dtype=np.int64)],
-        rule=_embedding_rule, doc="row lookup; rows selected by the ids' layout")
+        rule=embedding_rule, doc="row lookup; rows selected by the ids' layout")
 
 
 def _opaque(op):
@@ -66,7 +66,7 @@ def _index_rule(ctx: RuleCtx, x: Val, indices):
             and shape_of(ctx.terms, indices[1]) == (shape_of(ctx.terms, x)[0],)):
         return _take_along(ctx, x, indices[1], 1)  # x[arange(n), idx]
     if len(indices) == 1 and isinstance(indices[0], Val) and _is_integer(ctx, 1) and len(x.vecs) == 2:
-        return _embedding_rule(ctx, x, indices[0])  # table[ids] is a lookup of rows (of a 2-D table)
+        return embedding_rule(ctx, x, indices[0])  # table[ids] is a lookup of rows (of a 2-D table)
     vals = [i for i in indices if isinstance(i, Val)]
     x = layout.materialize(ctx.terms, x)
     vals = [layout.materialize(ctx.terms, v) for v in vals]

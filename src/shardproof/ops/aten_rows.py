@@ -138,7 +138,7 @@ declare(T + "_safe_softmax", numerics=_safe_softmax_num, rule=_along("safe_softm
         doc="softmax along a dim, 0 on rows that are entirely -inf (attention's math form)")
 
 
-def _layer_norm_num(x, shape, w=None, b=None, eps=1e-5):
+def layer_norm_num(x, shape, w=None, b=None, eps=1e-5):
     x = as_float(x)
     ax = tuple(range(np.ndim(x) - len(shape), np.ndim(x)))
     mean = np.mean(x, axis=ax, keepdims=True)
@@ -161,13 +161,13 @@ def _norm_rule(op, n_out):
     return rule
 
 
-declare(T + "native_layer_norm", numerics=_layer_norm_num, rule=_norm_rule("layer_norm", 3),
+declare(T + "native_layer_norm", numerics=layer_norm_num, rule=_norm_rule("layer_norm", 3),
         doc="layer norm over the trailing dims (out, mean, rstd)")
-declare(T + "layer_norm", numerics=lambda x, shape, w=None, b=None, eps=1e-5, *a: _layer_norm_num(x, shape, w, b, eps)[0],
+declare(T + "layer_norm", numerics=lambda x, shape, w=None, b=None, eps=1e-5, *a: layer_norm_num(x, shape, w, b, eps)[0],
         rule=_norm_rule("layer_norm", 1), doc="layer norm")
 
 
-def _rms_norm_num(x, shape, w=None, eps=None):
+def rms_norm_num(x, shape, w=None, eps=None):
     x = as_float(x)
     ax = tuple(range(np.ndim(x) - len(shape), np.ndim(x)))
     eps = np.finfo(np.float32).eps if eps is None else eps
@@ -176,8 +176,8 @@ def _rms_norm_num(x, shape, w=None, eps=None):
     return (y * w if w is not None else y), rstd
 
 
-declare(T + "_fused_rms_norm", numerics=_rms_norm_num, rule=_norm_rule("rms_norm", 2), doc="RMS norm (out, rstd)")
-declare(T + "rms_norm", numerics=lambda *a, **k: _rms_norm_num(*a, **k)[0], rule=_norm_rule("rms_norm", 1),
+declare(T + "_fused_rms_norm", numerics=rms_norm_num, rule=_norm_rule("rms_norm", 2), doc="RMS norm (out, rstd)")
+declare(T + "rms_norm", numerics=lambda *a, **k: rms_norm_num(*a, **k)[0], rule=_norm_rule("rms_norm", 1),
         doc="RMS norm")
 
 # ------------------------------------------------------------------ contractions

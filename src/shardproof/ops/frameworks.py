@@ -11,10 +11,10 @@ import numpy as np
 from ..algebra import compute, layout
 from ..algebra.layout import Val, shape_of
 from ..algebra.ranks import combine
-from .aten_attention import _sdpa_num, _sdpa_rule
+from .aten_attention import sdpa_num, sdpa_rule
 from .aten_backward import layer_norm_backward_num, layer_norm_backward_rule
-from .aten_index import _embedding_rule
-from .aten_rows import _layer_norm_num, _rms_norm_num
+from .aten_index import embedding_rule
+from .aten_rows import layer_norm_num, rms_norm_num
 from .common import as_float, template
 from .registry import RuleCtx, declare
 
@@ -22,7 +22,7 @@ from .registry import RuleCtx, declare
 
 
 def _apex_ln_num(x, w, b, shape, eps):
-    y, mean, rstd = _layer_norm_num(x, shape, w, b, eps)
+    y, mean, rstd = layer_norm_num(x, shape, w, b, eps)
     return y, mean.reshape(-1), rstd.reshape(-1)
 
 
@@ -81,14 +81,14 @@ def _rms(ctx: RuleCtx, x: Val, w: Val, eps) -> Val:
 
 declare("_C.rms_norm",
         numerics=lambda result=None, input=None, weight=None, epsilon=1e-6: (
-            None, _rms_norm_num(input, [np.shape(input)[-1]], weight, epsilon)[0]),
+            None, rms_norm_num(input, [np.shape(input)[-1]], weight, epsilon)[0]),
         rule=lambda ctx, result=None, input=None, weight=None, epsilon=1e-6: (None, _rms(ctx, input, weight, epsilon)),
         doc="vLLM RMS norm into `result`")
 
 
 def _fused_add_num(input=None, residual=None, weight=None, epsilon=1e-6):
     s = as_float(input) + as_float(residual)
-    return None, _rms_norm_num(s, [s.shape[-1]], weight, epsilon)[0], s
+    return None, rms_norm_num(s, [s.shape[-1]], weight, epsilon)[0], s
 
 
 def _fused_add_rule(ctx: RuleCtx, input=None, residual=None, weight=None, epsilon=1e-6):
@@ -161,7 +161,7 @@ def _rotary_rule(ctx: RuleCtx, positions=None, query=None, key=None, head_size=N
     query and key heads cut from one fused projection)."""
     terms = ctx.terms
     ids = layout.reshape(terms, positions, [-1])
-    cs = _embedding_rule(ctx, cos_sin_cache, ids)
+    cs = embedding_rule(ctx, cos_sin_cache, ids)
     cs = layout.unsqueeze(terms, cs, 1)
     tokens = shape_of(terms, ids)[0]
 
@@ -184,7 +184,7 @@ def _attention_num(query=None, key=None, value=None, output=None, layer_name=Non
     q, k, v = (np.swapaxes(as_float(a), 0, 1) for a in (query, key, value))  # [heads, tokens, head_size]
     group = q.shape[0] // k.shape[0]
     k, v = np.repeat(k, group, 0), np.repeat(v, group, 0)
-    return None, np.swapaxes(_sdpa_num(q, k, v, is_causal=True)[0], 0, 1)
+    return None, np.swapaxes(sdpa_num(q, k, v, is_causal=True)[0], 0, 1)
 
 
 def _attention_rule(ctx: RuleCtx, query=None, key=None, value=None, output=None, layer_name=None, **kw):
@@ -202,7 +202,7 @@ def _attention_rule(ctx: RuleCtx, query=None, key=None, value=None, output=None,
     rep = np.arange(nq) // (nq // nk)
     q, k, v = (layout.permute(terms, x, (1, 0, 2)) for x in
                (query, layout.take(terms, key, 1, rep), layout.take(terms, value, 1, rep)))
-    out, _ = _sdpa_rule(ctx, q, k, v, is_causal=True)
+    out, _ = sdpa_rule(ctx, q, k, v, is_causal=True)
     return None, layout.permute(terms, out, (1, 0, 2))
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from ..algebra import layout
 from ..algebra.layout import Val, prod, shape_of
 from ..algebra.masks import make_fill
-from .aten import _slice_scatter_num, _slice_scatter_rule, _split_num, _split_rule
+from .aten import slice_scatter_num, slice_scatter_rule, split_num, split_rule
 from .common import as_float
 from .registry import RuleCtx, declare
 
@@ -33,14 +33,14 @@ declare(("profiler._record_function_enter_new", "profiler._record_function_enter
 
 def _copy_in_num(inputs, output, sizes, numel, rank):
     region = np.concatenate([np.ravel(as_float(t)) for t in inputs])
-    return region, _slice_scatter_num(output, region, 0, numel * rank, numel * (rank + 1))
+    return region, slice_scatter_num(output, region, 0, numel * rank, numel * (rank + 1))
 
 
 def _copy_in_rule(ctx: RuleCtx, inputs, output: Val, sizes, numel, rank):
     if any(len(t.vecs) != 1 for t in inputs):
         raise ValueError("all_gather_copy_in expects flat (1-d) inputs")
     region = layout.concat(ctx.terms, list(inputs), 0) if len(inputs) > 1 else inputs[0]
-    return region, _slice_scatter_rule(ctx, output, region, 0, numel * rank, numel * (rank + 1))
+    return region, slice_scatter_rule(ctx, output, region, 0, numel * rank, numel * (rank + 1))
 
 
 declare("fsdp.all_gather_copy_in", numerics=_copy_in_num, rule=_copy_in_rule,
@@ -53,13 +53,13 @@ def _check_outs(pieces_shapes, out_shapes):
 
 
 def _split_copy_num(all_gather_output, all_gather_input_split_sizes, dim=0, out=()):
-    pieces = _split_num(as_float(all_gather_output), all_gather_input_split_sizes, dim)
+    pieces = split_num(as_float(all_gather_output), all_gather_input_split_sizes, dim)
     _check_outs([np.shape(p) for p in pieces], [np.shape(o) for o in out])
     return None, tuple(np.array(p) for p in pieces)
 
 
 def _split_copy_rule(ctx: RuleCtx, all_gather_output: Val, all_gather_input_split_sizes, dim=0, out=()):
-    pieces = _split_rule(ctx, all_gather_output, all_gather_input_split_sizes, dim)
+    pieces = split_rule(ctx, all_gather_output, all_gather_input_split_sizes, dim)
     _check_outs([shape_of(ctx.terms, p) for p in pieces], [shape_of(ctx.terms, o) for o in out])
     return None, tuple(pieces)
 

@@ -104,13 +104,13 @@ def _pick(terms, t: int, m: np.ndarray, size: tuple) -> Val:
 
 
 def _as_strided_scatter_rule(ctx: RuleCtx, base: Val, src: Val, size, stride, offset=None):
-    from .aten import _slice_scatter_rule
+    from .aten import slice_scatter_rule
     win = _window(_index(ctx, base, size, stride, offset))
     if win is None:
         raise ValueError("as_strided_scatter into elements that are not consecutive has no rule")
     flat = layout.reshape(ctx.terms, base, (prod(shape_of(ctx.terms, base)),))
     src = layout.reshape(ctx.terms, src, (win[1] - win[0],))
-    return layout.reshape(ctx.terms, _slice_scatter_rule(ctx, flat, src, 0, *win), shape_of(ctx.terms, base))
+    return layout.reshape(ctx.terms, slice_scatter_rule(ctx, flat, src, 0, *win), shape_of(ctx.terms, base))
 
 
 def _num_index(x, size, stride, offset, base_layout):

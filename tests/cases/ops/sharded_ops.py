@@ -38,6 +38,14 @@ def _seeded(fn):
     return run
 
 
+def _clip_grad_norm(h):
+    """torch.nn.utils.clip_grad_norm_ (its total norm is linalg_vector_norm) on a gradient h."""
+    p = torch.nn.Parameter(torch.zeros_like(h))
+    p.grad = h.clone()
+    torch.nn.utils.clip_grad_norm_([p], 1.0)
+    return p.grad
+
+
 # nonlinear ops applied to the row-parallel product h = b @ w
 ON_PRODUCT = {
     "softplus": F.softplus,
@@ -46,6 +54,7 @@ ON_PRODUCT = {
     "logsumexp": lambda h: torch.logsumexp(h, 1),
     "vector_norm": lambda h: torch.linalg.vector_norm(h, dim=1),
     "normalize": lambda h: F.normalize(h, dim=1),
+    "clip_grad_norm": _clip_grad_norm,
     "topk": lambda h: torch.topk(h, 2, dim=1).values,
     "min": lambda h: h.min(dim=1).values,
     "prod": lambda h: h.prod(1),
@@ -119,7 +128,8 @@ BUGGY = {k for k, v in VARIANTS.items() if v[3]}
 # non-linear op on the partial product: sigmoid before bernoulli, gelu before dropout,
 # the norm inside F.normalize)
 _FIRST_NONLINEAR = {"bernoulli": "aten.sigmoid", "dropout": "aten.gelu", "normalize": "aten.linalg_vector_norm",
-                    "vector_norm": "aten.linalg_vector_norm", "pad": "aten.constant_pad_nd",
+                    "vector_norm": "aten.linalg_vector_norm",
+                    "clip_grad_norm": "aten.linalg_vector_norm", "pad": "aten.constant_pad_nd",
                     "addcmul": "aten.tanh", "randn": "aten.add", "lerp": "aten.sin", "hardswish": "aten.add"}
 DECOMPOSED = {"addcmul", "lerp", "hardswish"}  # captured through torch's decompositions
 BUG_OPS = {v: _FIRST_NONLINEAR.get(v.rsplit("_", 2)[0] if v.endswith("_reduce") else v.rsplit("_", 1)[0],
