@@ -50,6 +50,8 @@ def test_labels_on_gloo():
     assert tp_gradients_agree(STEP, 8, SPEC.tp)
     assert not tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_step_tail_bug.py"), 8, SPEC.tp)
     assert not tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_step_dp_rank_bug.py"), 8, SPEC.tp)
+    assert tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_tail.py"), 4, SPEC.tp)  # stage tail's step
+    assert not tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_tail_bug3.py"), 4, SPEC.tp)
     runs = run_on_gloo(STACK, [{"n_layers": SPEC.layers}, {"n_layers": SPEC.layers, "buggy_layer": 2}], SPEC.tp,
                        seed=None)
     worst = [max(float((r[k].double() - single[k].double()).abs().max()) for r in ranks for k in ("y", "grad_x"))
@@ -61,9 +63,9 @@ def test_labels_on_gloo():
 def test_plan_verified_end_to_end(correct):
     assert correct.status == "verified", correct.reason
     plan = correct.plan
-    assert [s["stage"] for s in plan["stages"]] == ["layers", "step"]
+    assert [s["stage"] for s in plan["stages"]] == ["layers", "step", "tail"]
     assert all(s["status"] == "verified" for s in plan["stages"])
-    layers, step = plan["stages"]
+    layers, step, tail = plan["stages"]
     assert "real sizes (hidden 128" in layers["proved"] and "fake tensors" in layers["proved"]
     assert layers["confirmed"].startswith("by execution at reduced widths (hidden 32") and "matched" in \
         layers["confirmed"]
@@ -74,6 +76,11 @@ def test_plan_verified_end_to_end(correct):
     # the step's proof covered every rank and every parameter's update
     assert {c["representative"] for c in correct.rank_classes} and all(p["updated"] for p in correct.parameters)
     assert step["wall_seconds"] > 0 and step["cpu_seconds"] > 0 and all(s["peak_rss_mb"] > 0 for s in plan["stages"])
+    # the step's proof: one rank class per tp rank, the dp members derived
+    assert step["machinery"]["ranks"] == 8 and 0 < step["machinery"]["rank_classes"] < 8
+    # stage tail: every layer's parameters updated through the proved update classes, at dp2 (said)
+    assert tail["proved"].startswith("dp2 tp2 M4 (not the plan's dp4)") and tail["layers"] == SPEC.layers
+    assert tail["machinery"]["updated_parameters"] == 9 * SPEC.layers and tail["machinery"]["update_classes"] == 6
     validate_report_json(correct.to_json())  # report.plan is in the schema
 
 
@@ -98,6 +105,17 @@ def _found_by_the_step(layers, bug, where):
 def test_bug_in_the_tail_located(layers):
     _, first = _found_by_the_step(layers, "tail", 0)
     assert first.kind == "missing-gradient-reduction" and "mini_megatron.py" in first.source
+
+
+@pytest.mark.slow  # the plan's stages: ~20-40 s CPU (gloo processes included)
+def test_bug_in_the_tail_of_a_later_layer_located(layers):
+    """Layer 3's gradients never all-reduced over dp: the step stage (1 layer) cannot see it;
+    stage tail (all 4 layers) finds it, at layer 3's parameters."""
+    report = _plan(layers, "tail", 3)
+    assert report.status == "violation" and report.plan["decided_by"] == "tail", report.reason
+    assert [s["status"] for s in report.plan["stages"]] == ["verified", "verified", "violation"]
+    first = report.findings[0]
+    assert first.kind == "missing-gradient-reduction" and "layers.3." in first.message
 
 
 @pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)

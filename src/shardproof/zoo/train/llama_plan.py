@@ -56,6 +56,7 @@ class PlanSpec:
     reduced_seq: int = 4
     step_layers: int = 1
     confirm_dp: int | None = 2  # the step executed on gloo at this dp (None: at the plan's dp)
+    tail_dp: int | None = 2  # stage tail: the step with all `layers` layers at this dp (None: no such stage)
     rows: int = 1
     name: str = "llama405b-like plan"
 
@@ -95,6 +96,22 @@ def step_case(spec: PlanSpec, dp: int, bug: str | None = None, where: int | None
                                 bug=kind or "no-grad-reduce", shapes=spec.reduced)
 
 
+def tail_stage(spec: PlanSpec, bug: str | None = None, where: int | None = None):
+    """Stage 3's report: the step with all the plan's layers at dp `tail_dp`, by step contracts
+    (``step_blocks.verify_step``: each distinct layer one proved contract, every parameter's
+    update one opaque call proved once per class), confirmed by running the real step on gloo."""
+    from shardproof.step_blocks import verify_step
+    return verify_step(tail_case(spec, spec.tail_dp, bug, where), confirm_draws=0)
+
+
+def tail_case(spec: PlanSpec, dp: int, bug: str | None = None, where: int | None = None):
+    """The step of stage tail: all `spec.layers` layers, at dp `dp` (a dp-rank bug beyond it: none)."""
+    kind = {"tail": "no-dp-reduce", "dp-rank": "dp-rank-loss"}.get(bug)
+    return llama_step.step_case(spec.layers, dp, spec.tp, spec.microbatches,
+                                buggy_layer=where if kind and (bug != "dp-rank" or where < dp) else None,
+                                bug=kind or "no-grad-reduce", shapes=spec.reduced)
+
+
 def stages(spec: PlanSpec, bug: str | None = None, where: int | None = None) -> list[Stage]:
     if bug not in (None, "layer", "tail", "dp-rank"):
         raise ValueError(f"unknown bug {bug!r}")
@@ -122,15 +139,27 @@ def stages(spec: PlanSpec, bug: str | None = None, where: int | None = None) -> 
                       f"(with {spec.step_layers} layer(s) traced in it)",
               f"dp{spec.dp} tp{spec.tp} M{spec.microbatches}, every rank (rank classes, derived microbatch loops), "
               f"at reduced widths ({small})", step_confirmed, run_step),
-    ]
+    ] + ([Stage("tail", f"the training step with all {spec.layers} layers: every layer's parameters reduced over dp, "
+                        f"in the clipping norm and updated by AdamW (one opaque update per parameter class, each "
+                        f"class proved once; each distinct layer one proved contract)",
+                f"dp{spec.tail_dp} tp{spec.tp} M{spec.microbatches} (not the plan's dp{spec.dp}), every rank, "
+                f"at reduced widths ({small})",
+                f"by execution on gloo at dp{spec.tail_dp} tp{spec.tp} M{spec.microbatches} ({small}): "
+                f"{spec.tail_dp * spec.tp} processes", lambda: tail_stage(spec, bug, where),
+                extra={"layers": spec.layers})] if spec.tail_dp else [])
 
 
 def not_covered(spec: PlanSpec) -> list[str]:
     return [f"the embedding and the output head (vocab {VOCAB_405B if spec.real == REAL_405B else '-'}): not in "
             f"this plan's model (the step's loss is a token-mean regression on the last layer's output)",
-            f"the step's tail at the real sizes and over all {spec.layers} layers: proved at reduced widths with "
-            f"{spec.step_layers} layer(s); the per-parameter tail ops of the other layers are the same code "
-            f"(not proved per layer here)",
+            (f"the step's tail at the real sizes: proved at reduced widths only "
+             f"({spec.describe(spec.reduced, llama_step.SEQ)}); "
+             f"over all {spec.layers} layers at dp{spec.tail_dp} (stage tail), at the plan's dp{spec.dp} with "
+             f"{spec.step_layers} layer(s) (stage step): all {spec.layers} layers at dp{spec.dp} together are not proved"
+             if spec.tail_dp else
+             f"the step's tail at the real sizes and over all {spec.layers} layers: proved at reduced widths with "
+             f"{spec.step_layers} layer(s); the per-parameter tail ops of the other layers are the same code "
+             f"(not proved per layer here)"),
             f"the stack composed with the step's tail at the real sizes (the contracts of stage 1 are not chained "
             f"into stage 2's step: stage 2 traces its layer(s) whole)"]
 
