@@ -80,7 +80,8 @@ def test_plan_verified_end_to_end(correct):
     assert step["machinery"]["ranks"] == 8 and 0 < step["machinery"]["rank_classes"] < 8
     # stage tail: every layer's parameters updated through the proved update classes, at dp2 (said)
     assert tail["proved"].startswith("dp2 tp2 M4 (not the plan's dp4)") and tail["layers"] == SPEC.layers
-    assert tail["machinery"]["updated_parameters"] == 9 * SPEC.layers and tail["machinery"]["update_classes"] == 6
+    # 9 parameters per layer in 5 classes: norms; wq; wk, wv, w1, w3 (16 x 32, Shard(0)); wo; w2
+    assert tail["machinery"]["updated_parameters"] == 9 * SPEC.layers and tail["machinery"]["update_classes"] == 5
     validate_report_json(correct.to_json())  # report.plan is in the schema
 
 
