@@ -111,12 +111,15 @@ def test_bug_in_the_tail_located(layers):
 @pytest.mark.slow  # the plan's stages: ~20-40 s CPU (gloo processes included)
 def test_bug_in_the_tail_of_a_later_layer_located(layers):
     """Layer 3's gradients never all-reduced over dp: the step stage (1 layer) cannot see it;
-    stage tail (all 4 layers) finds it, at layer 3's parameters."""
+    stage tail (all 4 layers) finds it, first in the clipping norm, which sums the unreduced
+    squares (the finding names the norm, not the layer: see test_step_contracts' tail bug)."""
     report = _plan(layers, "tail", 3)
     assert report.status == "violation" and report.plan["decided_by"] == "tail", report.reason
     assert [s["status"] for s in report.plan["stages"]] == ["verified", "verified", "violation"]
+    assert report.blocks["fallback"].startswith("the tail with the contracts is")  # not proved by the contracts
     first = report.findings[0]
-    assert first.kind == "missing-gradient-reduction" and "layers.3." in first.message
+    assert first.kind == "missing-gradient-reduction" and "mini_megatron.py" in first.source and \
+        "grad_norm" in first.source
 
 
 @pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)
