@@ -71,7 +71,9 @@ def test_plan_verified_end_to_end(correct):
         layers["confirmed"]
     assert step["proved"].startswith("dp4 tp2 M4, every rank") and "reduced widths" in step["proved"]
     assert "dp2 tp2 M4" in step["confirmed"] and "not the plan's 8" in step["confirmed"]  # said, not hidden
-    assert correct.confirmation.by == "gloo" and "the proof ran at world 8" in correct.confirmation.detail
+    # the plan's report is its last stage's (tail, at dp2): its confirmation says the world it ran at
+    assert correct.plan["decided_by"] == "tail" and correct.confirmation.by == "gloo"
+    assert correct.confirmation.detail.startswith("at world 4") and "plan's world is 8" in correct.confirmation.detail
     assert correct.world_size == 8 and correct.plan["not_covered"]
     # the step's proof covered every rank and every parameter's update
     assert {c["representative"] for c in correct.rank_classes} and all(p["updated"] for p in correct.parameters)

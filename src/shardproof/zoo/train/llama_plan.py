@@ -107,8 +107,14 @@ def tail_stage(spec: PlanSpec, bug: str | None = None, where: int | None = None)
     """Stage 3's report: the step with all the plan's layers at dp `tail_dp`, by step contracts
     (``step_blocks.verify_step``: each distinct layer one proved contract, every parameter's
     update one opaque call proved once per class), confirmed by running the real step on gloo."""
+    from dataclasses import replace
     from shardproof.step_blocks import verify_step
-    return verify_step(tail_case(spec, spec.tail_dp, bug, where), confirm_draws=0)
+    case = tail_case(spec, spec.tail_dp, bug, where)
+    report = verify_step(case, confirm_draws=0)
+    if report.confirmation is not None:  # the world it ran at is not the plan's: said
+        report.confirmation = replace(report.confirmation, detail=f"at world {case.world_size} ({case.name}); the "
+                                      f"plan's world is {spec.dp * spec.tp}")
+    return report
 
 
 def tail_case(spec: PlanSpec, dp: int, bug: str | None = None, where: int | None = None):
