@@ -110,7 +110,7 @@ def test_bug_in_the_tail_located(layers):
     assert first.kind == "missing-gradient-reduction" and "mini_megatron.py" in first.source
 
 
-@pytest.mark.slow  # the plan's stages: ~20-40 s CPU (gloo processes included)
+@pytest.mark.sweep  # ~96 s CPU: stage tail falls back to the full trace of the 4-layer step (make test-all)
 def test_bug_in_the_tail_of_a_later_layer_located(layers):
     """Layer 3's gradients never all-reduced over dp: the step stage (1 layer) cannot see it;
     stage tail (all 4 layers) finds it, first in the clipping norm, which sums the unreduced
