@@ -63,7 +63,8 @@ class PlanSpec:
     reduced_seq: int = 4
     step_layers: int = 1
     confirm_dp: int | None = 2  # the step executed on gloo at this dp (None: at the plan's dp)
-    tail_dp: int | None = 2  # stage tail: the step with all `layers` layers at this dp (None: no such stage)
+    tail_dp: int | None = None  # stage tail: the step with all `layers` layers at this dp (None: no such stage;
+    # at 126 layers dp2 it used > 223 CPU s unfinished: over the plan's budget, so off by default)
     rows: int = 1
     name: str = "llama405b-like plan"
 
@@ -74,7 +75,7 @@ class PlanSpec:
 
 SMALL = PlanSpec(layers=4, dp=4, tp=2, microbatches=4, real=dict(hidden=128, heads=8, kv_heads=4, ffn=256), seq=16,
                  rope=64, reduced=dict(hidden=32, heads=8, kv_heads=4, ffn=16), step_layers=1, confirm_dp=2,
-                 name="small llama plan")
+                 tail_dp=2, name="small llama plan")
 """The same composition at small sizes (tests): 4 layers, dp4 tp2 M4, real-like head dim 16."""
 
 
