@@ -110,7 +110,7 @@ def main() -> None:
     ap.add_argument("--e2e", action="store_true", help="the whole plan as one verification (stages)")
     ap.add_argument("--confirm-dp", type=int, default=2, help="--e2e: the dp the step is executed at on gloo")
     ap.add_argument("--tail-dp", type=int, default=0, help="--e2e: stage tail's dp (0: no stage tail; at 126 "
-                    "layers it costs > 223 CPU s, over the 10-min budget)")
+                    "layers it costs > 259 CPU s, over the 10-min budget)")
     ap.add_argument("--json", help="--e2e: write the report here")
     args = ap.parse_args()
     torch.set_num_threads(1)

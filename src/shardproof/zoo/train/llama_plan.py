@@ -64,7 +64,7 @@ class PlanSpec:
     step_layers: int = 1
     confirm_dp: int | None = 2  # the step executed on gloo at this dp (None: at the plan's dp)
     tail_dp: int | None = None  # stage tail: the step with all `layers` layers at this dp (None: no such stage;
-    # at 126 layers dp2 it used > 223 CPU s unfinished: over the plan's budget, so off by default)
+    # at 126 layers dp2 it used > 259 CPU s unfinished: over the plan's budget, so off by default)
     rows: int = 1
     name: str = "llama405b-like plan"
 
