@@ -28,9 +28,11 @@ AdamW): part 2 checks that tail at toy widths only.
     python bench/llama405b.py --e2e [--layers 126] [--seq 8192] [--confirm-dp 2] [--json out.json]
 
 ``--e2e``: the plan as ONE verification (``llama_plan.verify_llama_plan``, composed by
-``shardproof.plan_e2e``): stage ``layers`` (part 1 above) then stage ``step`` (the training
+``shardproof.plan_e2e``): stage ``layers`` (part 1 above), stage ``step`` (the training
 step at dp64 tp8 M16, every rank, at the reduced widths of part 1, proved by the engine and
-confirmed on gloo at dp `--confirm-dp`); per stage its wall and CPU seconds and peak RSS, the
+confirmed on gloo at dp `--confirm-dp`), then stage ``tail`` (the step with all the layers at
+dp `--tail-dp`, by step contracts: one proved update per parameter class; 0, the default: no such
+stage); per stage its wall and CPU seconds and peak RSS, the
 plan's verdict, and what each stage proved where (``report.plan``).
 """
 import argparse
@@ -80,13 +82,14 @@ def step(timeout: int):
 
 def e2e(args) -> None:
     """The whole plan as one verification (module docstring, ``--e2e``)."""
-    spec = P.PlanSpec(layers=args.layers, seq=args.seq, confirm_dp=args.confirm_dp)
+    spec = P.PlanSpec(layers=args.layers, seq=args.seq, confirm_dp=args.confirm_dp, tail_dp=args.tail_dp or None)
     t0 = time.perf_counter()
 
     def show(s):
         print(f"{s['stage']}: {s['status']} -- {s['covers']}\n   proved at {s['proved']}\n   confirmed "
               f"{s['confirmed']}\n   {s.get('wall_seconds', 0):.1f} s wall, {s.get('cpu_seconds', 0):.1f} s CPU, "
               f"peak RSS {s.get('peak_rss_mb', 0)} MB (largest child {s.get('peak_child_rss_mb', 0)} MB)"
+              + (f"\n   machinery: {s['machinery']}" if s.get("machinery") else "")
               + (f"\n   {s['reason']}" if s["reason"] else ""), flush=True)
     report = P.verify_llama_plan(spec, on_stage=show)
     print("not covered: " + "; ".join(report.plan["not_covered"]))
@@ -106,6 +109,8 @@ def main() -> None:
     ap.add_argument("--step-timeout", type=int, default=900)
     ap.add_argument("--e2e", action="store_true", help="the whole plan as one verification (stages)")
     ap.add_argument("--confirm-dp", type=int, default=2, help="--e2e: the dp the step is executed at on gloo")
+    ap.add_argument("--tail-dp", type=int, default=0, help="--e2e: stage tail's dp (0: no stage tail; at 126 "
+                    "layers it costs > 259 CPU s, over the 10-min budget)")
     ap.add_argument("--json", help="--e2e: write the report here")
     args = ap.parse_args()
     torch.set_num_threads(1)

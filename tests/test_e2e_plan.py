@@ -50,6 +50,8 @@ def test_labels_on_gloo():
     assert tp_gradients_agree(STEP, 8, SPEC.tp)
     assert not tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_step_tail_bug.py"), 8, SPEC.tp)
     assert not tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_step_dp_rank_bug.py"), 8, SPEC.tp)
+    assert tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_tail.py"), 4, SPEC.tp)  # stage tail's step
+    assert not tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_tail_bug3.py"), 4, SPEC.tp)
     runs = run_on_gloo(STACK, [{"n_layers": SPEC.layers}, {"n_layers": SPEC.layers, "buggy_layer": 2}], SPEC.tp,
                        seed=None)
     worst = [max(float((r[k].double() - single[k].double()).abs().max()) for r in ranks for k in ("y", "grad_x"))
@@ -61,19 +63,27 @@ def test_labels_on_gloo():
 def test_plan_verified_end_to_end(correct):
     assert correct.status == "verified", correct.reason
     plan = correct.plan
-    assert [s["stage"] for s in plan["stages"]] == ["layers", "step"]
+    assert [s["stage"] for s in plan["stages"]] == ["layers", "step", "tail"]
     assert all(s["status"] == "verified" for s in plan["stages"])
-    layers, step = plan["stages"]
+    layers, step, tail = plan["stages"]
     assert "real sizes (hidden 128" in layers["proved"] and "fake tensors" in layers["proved"]
     assert layers["confirmed"].startswith("by execution at reduced widths (hidden 32") and "matched" in \
         layers["confirmed"]
     assert step["proved"].startswith("dp4 tp2 M4, every rank") and "reduced widths" in step["proved"]
     assert "dp2 tp2 M4" in step["confirmed"] and "not the plan's 8" in step["confirmed"]  # said, not hidden
-    assert correct.confirmation.by == "gloo" and "the proof ran at world 8" in correct.confirmation.detail
+    # the plan's report is its last stage's (tail, at dp2): its confirmation says the world it ran at
+    assert correct.plan["decided_by"] == "tail" and correct.confirmation.by == "gloo"
+    assert correct.confirmation.detail.startswith("at world 4") and "plan's world is 8" in correct.confirmation.detail
     assert correct.world_size == 8 and correct.plan["not_covered"]
     # the step's proof covered every rank and every parameter's update
     assert {c["representative"] for c in correct.rank_classes} and all(p["updated"] for p in correct.parameters)
     assert step["wall_seconds"] > 0 and step["cpu_seconds"] > 0 and all(s["peak_rss_mb"] > 0 for s in plan["stages"])
+    # the step's proof: one rank class per tp rank, the dp members derived
+    assert step["machinery"]["ranks"] == 8 and 0 < step["machinery"]["rank_classes"] < 8
+    # stage tail: every layer's parameters updated through the proved update classes, at dp2 (said)
+    assert tail["proved"].startswith("dp2 tp2 M4 (not the plan's dp4)") and tail["layers"] == SPEC.layers
+    # 9 parameters per layer in 5 classes: norms; wq; wk, wv, w1, w3 (16 x 32, Shard(0)); wo; w2
+    assert tail["machinery"]["updated_parameters"] == 9 * SPEC.layers and tail["machinery"]["update_classes"] == 5
     validate_report_json(correct.to_json())  # report.plan is in the schema
 
 
@@ -98,6 +108,20 @@ def _found_by_the_step(layers, bug, where):
 def test_bug_in_the_tail_located(layers):
     _, first = _found_by_the_step(layers, "tail", 0)
     assert first.kind == "missing-gradient-reduction" and "mini_megatron.py" in first.source
+
+
+@pytest.mark.sweep  # ~96 s CPU: stage tail falls back to the full trace of the 4-layer step (make test-all)
+def test_bug_in_the_tail_of_a_later_layer_located(layers):
+    """Layer 3's gradients never all-reduced over dp: the step stage (1 layer) cannot see it;
+    stage tail (all 4 layers) finds it, first in the clipping norm, which sums the unreduced
+    squares (the finding names the norm, not the layer: see test_step_contracts' tail bug)."""
+    report = _plan(layers, "tail", 3)
+    assert report.status == "violation" and report.plan["decided_by"] == "tail", report.reason
+    assert [s["status"] for s in report.plan["stages"]] == ["verified", "verified", "violation"]
+    assert report.blocks["fallback"].startswith("the tail with the contracts is")  # not proved by the contracts
+    first = report.findings[0]
+    assert first.kind == "missing-gradient-reduction" and "mini_megatron.py" in first.source and \
+        "grad_norm" in first.source
 
 
 @pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)

@@ -35,7 +35,7 @@ from typing import Callable
 
 from .engine.result import Report
 
-__all__ = ["Stage", "verify_plan", "step_stage"]
+__all__ = ["Stage", "verify_plan", "step_stage", "machinery"]
 
 
 @dataclass
@@ -58,12 +58,30 @@ def _rss_mb() -> tuple[int, int]:
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
 
 
+def machinery(report: Report) -> dict:
+    """How flat in dp and microbatches the stage's proof was, read from its report: rank
+    classes (ranks, classes), the ranks proved with their batch block as a parameter
+    (engine/parametric.py), the microbatches concluded by induction (engine/induction.py),
+    and the step tail's update classes (step_tail.py)."""
+    stats = report.stats or {}
+    induced = stats.get("microbatch_induction") or {}
+    parametric = ((stats.get("class_proof") or {}).get("parametric") or {}).get("ranks") or []
+    out = {"ranks": report.world_size, "rank_classes": len(report.rank_classes or []),
+           "parametric_ranks": len(parametric), "by_induction": list(induced.get("by_induction") or []),
+           "checked": list(induced.get("checked") or [])}
+    updates = (report.blocks or {}).get("updates") or []
+    if updates:
+        out.update(update_classes=len(updates), updated_parameters=sum(u["parameters"] for u in updates))
+    return out
+
+
 def _entry(stage: Stage, report: Report, wall: float, cpu: float) -> dict:
     peak, child = _rss_mb()
     return {"stage": stage.name, "covers": stage.covers, "proved": stage.proved,
             "confirmed": stage.confirmed_of(report) if stage.confirmed_of else stage.confirmed,
             "status": report.status, "reason": report.reason or "", "wall_seconds": round(wall, 2),
-            "cpu_seconds": round(cpu, 2), "peak_rss_mb": peak, "peak_child_rss_mb": child, **stage.extra}
+            "cpu_seconds": round(cpu, 2), "peak_rss_mb": peak, "peak_child_rss_mb": child,
+            "machinery": machinery(report), **stage.extra}
 
 
 def _failed(stage: Stage, exc: Exception) -> Report:

@@ -17,10 +17,17 @@ Stages (each states what it proved where; see ``report.plan``):
    and microbatches** (every rank: rank classes, derived microbatch loops) at the **reduced
    widths** with `step_layers` layers, proved by the engine; confirmed by execution on gloo at
    the plan's world, or at dp `confirm_dp` where the plan's world is too many processes.
+3. ``tail`` (when `tail_dp`): the training step with **all** `layers` layers at dp `tail_dp`, tp
+   and microbatches of the plan, reduced widths, by ``step_blocks.verify_step`` (each distinct
+   layer one proved contract, every parameter's update one opaque call proved once per class:
+   every layer's parameters reduced, clipped and updated); proved at dp `tail_dp`, not the
+   plan's dp (said in its ``proved``); confirmed on gloo at dp `tail_dp`. Where the contracts do
+   not prove the tail, ``verify_step`` falls back to the full trace (``report.blocks["fallback"]``;
+   the stage's ``machinery`` then has no ``update_classes``).
 
 Bugs (``bug``, ``where``): ``layer`` (layer `where`'s MLP output never all-reduced over tp: in
 stage 1, at the real sizes), ``tail`` (layer `where`'s parameter gradients never all-reduced
-over dp: the step's tail, stage 2), ``dp-rank`` (dp rank `where` scales its loss by 1.5: one dp
+over dp: the step's tail, stage 2; stage 3 for a layer stage 2 does not trace), ``dp-rank`` (dp rank `where` scales its loss by 1.5: one dp
 replica, stage 2)."""
 from __future__ import annotations
 
@@ -56,6 +63,8 @@ class PlanSpec:
     reduced_seq: int = 4
     step_layers: int = 1
     confirm_dp: int | None = 2  # the step executed on gloo at this dp (None: at the plan's dp)
+    tail_dp: int | None = None  # stage tail: the step with all `layers` layers at this dp (None: no such stage;
+    # at 126 layers dp2 it used > 259 CPU s unfinished: over the plan's budget, so off by default)
     rows: int = 1
     name: str = "llama405b-like plan"
 
@@ -66,7 +75,7 @@ class PlanSpec:
 
 SMALL = PlanSpec(layers=4, dp=4, tp=2, microbatches=4, real=dict(hidden=128, heads=8, kv_heads=4, ffn=256), seq=16,
                  rope=64, reduced=dict(hidden=32, heads=8, kv_heads=4, ffn=16), step_layers=1, confirm_dp=2,
-                 name="small llama plan")
+                 tail_dp=2, name="small llama plan")
 """The same composition at small sizes (tests): 4 layers, dp4 tp2 M4, real-like head dim 16."""
 
 
@@ -92,6 +101,28 @@ def layers_stage(spec: PlanSpec, buggy_layer: int | None = None):
 def step_case(spec: PlanSpec, dp: int, bug: str | None = None, where: int | None = None):
     kind = {"tail": "no-dp-reduce", "dp-rank": "dp-rank-loss"}.get(bug)
     return llama_step.step_case(spec.step_layers, dp, spec.tp, spec.microbatches, buggy_layer=where if kind else None,
+                                bug=kind or "no-grad-reduce", shapes=spec.reduced)
+
+
+def tail_stage(spec: PlanSpec, bug: str | None = None, where: int | None = None):
+    """Stage 3's report: the step with all the plan's layers at dp `tail_dp`, by step contracts
+    (``step_blocks.verify_step``: each distinct layer one proved contract, every parameter's
+    update one opaque call proved once per class), confirmed by running the real step on gloo."""
+    from dataclasses import replace
+    from shardproof.step_blocks import verify_step
+    case = tail_case(spec, spec.tail_dp, bug, where)
+    report = verify_step(case, confirm_draws=0)
+    if report.confirmation is not None:  # the world it ran at is not the plan's: said
+        report.confirmation = replace(report.confirmation, detail=f"at world {case.world_size} ({case.name}); the "
+                                      f"plan's world is {spec.dp * spec.tp}")
+    return report
+
+
+def tail_case(spec: PlanSpec, dp: int, bug: str | None = None, where: int | None = None):
+    """The step of stage tail: all `spec.layers` layers, at dp `dp` (a dp-rank bug beyond it: none)."""
+    kind = {"tail": "no-dp-reduce", "dp-rank": "dp-rank-loss"}.get(bug)
+    return llama_step.step_case(spec.layers, dp, spec.tp, spec.microbatches,
+                                buggy_layer=where if kind and (bug != "dp-rank" or where < dp) else None,
                                 bug=kind or "no-grad-reduce", shapes=spec.reduced)
 
 
@@ -122,15 +153,27 @@ def stages(spec: PlanSpec, bug: str | None = None, where: int | None = None) -> 
                       f"(with {spec.step_layers} layer(s) traced in it)",
               f"dp{spec.dp} tp{spec.tp} M{spec.microbatches}, every rank (rank classes, derived microbatch loops), "
               f"at reduced widths ({small})", step_confirmed, run_step),
-    ]
+    ] + ([Stage("tail", f"the training step with all {spec.layers} layers: every layer's parameters reduced over dp, "
+                        f"in the clipping norm and updated by AdamW (one opaque update per parameter class, each "
+                        f"class proved once; each distinct layer one proved contract)",
+                f"dp{spec.tail_dp} tp{spec.tp} M{spec.microbatches} (not the plan's dp{spec.dp}), every rank, "
+                f"at reduced widths ({small})",
+                f"by execution on gloo at dp{spec.tail_dp} tp{spec.tp} M{spec.microbatches} ({small}): "
+                f"{spec.tail_dp * spec.tp} processes", lambda: tail_stage(spec, bug, where),
+                extra={"layers": spec.layers})] if spec.tail_dp else [])
 
 
 def not_covered(spec: PlanSpec) -> list[str]:
     return [f"the embedding and the output head (vocab {VOCAB_405B if spec.real == REAL_405B else '-'}): not in "
             f"this plan's model (the step's loss is a token-mean regression on the last layer's output)",
-            f"the step's tail at the real sizes and over all {spec.layers} layers: proved at reduced widths with "
-            f"{spec.step_layers} layer(s); the per-parameter tail ops of the other layers are the same code "
-            f"(not proved per layer here)",
+            (f"the step's tail at the real sizes: proved at reduced widths only "
+             f"({spec.describe(spec.reduced, llama_step.SEQ)}); "
+             f"over all {spec.layers} layers at dp{spec.tail_dp} (stage tail), at the plan's dp{spec.dp} with "
+             f"{spec.step_layers} layer(s) (stage step): all {spec.layers} layers at dp{spec.dp} together are not proved"
+             if spec.tail_dp else
+             f"the step's tail at the real sizes and over all {spec.layers} layers: proved at reduced widths with "
+             f"{spec.step_layers} layer(s); the per-parameter tail ops of the other layers are the same code "
+             f"(not proved per layer here)"),
             f"the stack composed with the step's tail at the real sizes (the contracts of stage 1 are not chained "
             f"into stage 2's step: stage 2 traces its layer(s) whole)"]
 
