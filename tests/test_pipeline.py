@@ -225,7 +225,7 @@ def test_pipeline_bug_names_stage_and_microbatch(name):
     module = importlib.import_module(name)
     world = module.WORLD_SIZES[0]
     report = verify_prepared(prepare(module.case(world), world), fixes=False)
-    f = report.findings[0]
-    assert report.status == "violation" and f.stage is not None and f.microbatch is not None, f
+    f, meta = report.findings[0], module.case(world).meta
+    assert report.status == "violation" and (f.stage, f.microbatch) == (meta["bug_stage"], meta["bug_microbatch"]), f
     assert f"pipeline stage {f.stage}" in f.message
     assert report.to_json()["findings"][0]["stage"] == f.stage
