@@ -2,9 +2,10 @@
 dp2 x pp2 x tp2 (8 ranks, 4 microbatches) under 1F1B and under interleaved 1F1B, and the 4-D
 dp2 x pp2 x tp2 x cp2 step (16 ranks, Ulysses context parallelism) verified against the whole
 model's step, with the process groups of each axis where they belong; the pipeline bugs from
-real trackers (zoo/train/bugs) labelled by running them and their correct twin (pipeline_mlp_1f1b, pp2) on a real gloo group. Their
-location (node, op, rank, stage, microbatch) is checked by tests/test_training.py
-(test_training_bug_found, against each file's meta)."""
+real trackers (zoo/train/bugs) labelled by running them and their correct twin
+(pipeline_mlp_1f1b, pp2) on a real gloo group. Their location (node, op, rank, stage,
+microbatch) is checked by tests/test_training.py (test_training_bug_found, against each file's
+meta)."""
 import importlib
 import os
 
