@@ -135,6 +135,40 @@ def groups_in_rank_order(rank, world, bug=True):
     return grads
 
 
+# DDP-style buckets flattened into ONE preallocated buffer: the next bucket is copied in while the
+# previous one's all_reduce is still in flight (the twin: a buffer per bucket, as DDP's GradBuckets).
+def bucketed_dp_reduce(rank, world, bug=True, buckets=3, size=4):
+    torch.manual_seed(0)
+    grads = [torch.randn(size) * (rank + 1) for _ in range(buckets)]  # this rank's gradient per bucket
+    shared = torch.empty(size)
+    pending = []
+    for grad in grads:
+        flat = shared if bug else torch.empty(size)
+        flat.copy_(grad)  # bug: overwrites the bucket an earlier all_reduce is still reducing
+        pending.append((flat, dist.all_reduce(flat, async_op=True)))
+    out = {}
+    for i, (flat, work) in enumerate(pending):
+        work.wait()
+        out[f"g{i}"] = flat / world
+    return out
+
+
+# Ring attention's K/V exchange through one tensor: the current block sent to the next rank and the
+# previous rank's block received INTO IT, both in flight (the twin double-buffers, then swaps).
+def ring_kv_single_buffer(rank, world, bug=True, steps=None, size=4):
+    kv = torch.full((size,), float(rank))
+    seen = [kv.clone()]
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    for _ in range((world - 1) if steps is None else steps):
+        into = kv if bug else torch.empty_like(kv)
+        ops = [dist.P2POp(dist.isend, kv, nxt), dist.P2POp(dist.irecv, into, prv)]  # bug: one tensor both ways
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        kv = into
+        seen.append(kv.clone())
+    return {"blocks": torch.stack(seen)}
+
+
 def _stage(rank, x, w):
     return torch.tanh(F.linear(x, w))
 

@@ -31,6 +31,7 @@ for _d in (CP, os.path.join(CP, "bugs")):
         sys.path.insert(0, _d)
 
 CORRECT = {"cp_ring_attention": None, "cp_ring_attention_causal": None, "cp_ring_attention_balanced": None,
+           "cp_ring_attention_balanced_noncausal": None,
            "cp_ring_attention_lse": None, "cp_ring_attention_fixed_shift": None,
            "cp_ulysses_one_buffer": "aten.view",  # case -> the op where relations stop today (None: proved)
            "cp_ulysses": None}
@@ -96,6 +97,7 @@ def test_correct_program_verified(name, world):
     r = report(name, world)
     assert r.status == "verified", r.reason
     assert not r.findings
+    assert r.temporal["checked"] and r.temporal["findings"] == 0, r.temporal  # the ring's P2P order: no hazard
 
 
 @pytest.mark.parametrize("name,world", _params(n for n in CORRECT if CORRECT[n]))
@@ -118,6 +120,13 @@ def test_bug_located_at_its_node(name, world):
     with open(path if os.path.isabs(path) else os.path.join(ROOT, path)) as src:
         assert meta["bug_code"] in src.read().splitlines()[int(line) - 1], f.source
     assert f.hint
+
+
+@pytest.mark.sweep  # each label spawns the ranks (tens of seconds under load)
+@pytest.mark.parametrize("name,world", _params(BUGS))
+def test_bug_differs_on_gloo(name, world):
+    """Label of each bug: its ranks' outputs differ from single-device attention on gloo."""
+    assert gloo_difference(name, world) > 1e-3
 
 
 def test_ring_direction_bug_is_harmless_at_cp2():

@@ -1,10 +1,11 @@
 """Multi-axis pipeline steps and the pipeline bug catalogue (issue 18): a Llama step at
-dp2 x pp2 x tp2 (8 ranks, 4 microbatches, 1F1B) and the 4-D dp2 x pp2 x tp2 x cp2 step (16 ranks,
-Ulysses context parallelism) verified against the whole model's step, with the process groups of
-each axis where they belong; the pipeline bugs from real trackers (zoo/train/bugs) labelled by
-running them and their correct twin (pipeline_mlp_1f1b, pp2) on a real gloo group. Their
-location (node, op, rank, stage, microbatch) is checked by tests/test_training.py
-(test_training_bug_found, against each file's meta)."""
+dp2 x pp2 x tp2 (8 ranks, 4 microbatches) under 1F1B and under interleaved 1F1B, and the 4-D
+dp2 x pp2 x tp2 x cp2 step (16 ranks, Ulysses context parallelism) verified against the whole
+model's step, with the process groups of each axis where they belong; the pipeline bugs from
+real trackers (zoo/train/bugs) labelled by running them and their correct twin
+(pipeline_mlp_1f1b, pp2) on a real gloo group. Their location (node, op, rank, stage,
+microbatch) is checked by tests/test_training.py (test_training_bug_found, against each file's
+meta)."""
 import importlib
 import os
 
@@ -75,6 +76,33 @@ def test_llama_dp2_pp2_tp2_1f1b_verified(mesh3d):
     _check_groups(prepared, report, pp=2, dp=2, tp=2, cp=1, microbatches=4)
 
 
+@pytest.mark.sweep  # ~26 CPU s (twice the 1F1B step's: four blocks), minutes beside other tests on 2 cores
+def test_llama_dp2_pp2_tp2_interleaved_verified():
+    """Megatron's interleaved 1F1B on the same mesh (four blocks, two model chunks per rank, 4
+    microbatches): every gradient equals the whole model's, tp-sharded ones as Megatron shards
+    them; each rank runs virtual stages stage and stage + pp, every microbatch on each, and
+    exchanges only with the other stage's rank of its own (dp, tp) coordinates; the tp f/g and
+    the dp gradient all_reduce on their groups; no temporal finding."""
+    prepared, report = _verified("pipeline_llama_3d_interleaved", 8)
+    assert report.status == "verified", (report.reason, report.findings[:1])
+    holds = {o.name: o.holds for o in report.outputs}
+    assert holds.pop("loss") == "Replicate()" and len(holds) == 4 * 9, holds
+    assert holds["grad:layers.3.wq.weight"] == "Mesh([4, 2], (Replicate(), Shard(0)))", holds
+    assert holds["grad:layers.0.w2.weight"] == "Mesh([4, 2], (Replicate(), Shard(1)))", holds
+    assert report.temporal["checked"] and report.temporal["findings"] == 0, report.temporal
+    for rank, graph in enumerate(prepared.dist.graphs):
+        stage = rank // 4
+        assert {s for s, _ in graph.positions.values()} == {stage, stage + 2}
+        assert {m for _, m in graph.positions.values()} == set(range(4))
+        # 3 virtual-stage boundaries x 4 microbatches, each way: every rank is one end of each message
+        p2p = graph.events.p2p()
+        assert {e.peer for e in p2p} == {rank + (4 if stage == 0 else -4)} and len(p2p) == 2 * 3 * 4, len(p2p)
+        groups = {e.ranks for e in graph.events.events if e.kind == ISSUE and e.op == "all_reduce"}
+        same = range(stage * 4, stage * 4 + 4)
+        assert tuple(r for r in same if r // 2 == rank // 2) in groups  # tp
+        assert tuple(r for r in same if r % 2 == rank % 2) in groups  # dp
+
+
 @pytest.mark.sweep  # ~45 s alone, minutes beside other tests (tests/test_fourd.py: the same rules at pp2 x cp2)
 def test_llama_4d_dp_pp_tp_cp_verified():
     """The 4-D mesh (16 ranks): Ulysses all_to_all over cp on every rank (grouped-query: one KV
@@ -90,7 +118,8 @@ def test_llama_4d_dp_pp_tp_cp_verified():
 
 
 @pytest.mark.sweep
-@pytest.mark.parametrize("name,world,cp", [("pipeline_llama_3d", 8, 1), ("pipeline_llama_4d", 16, 2)])
+@pytest.mark.parametrize("name,world,cp", [("pipeline_llama_3d", 8, 1), ("pipeline_llama_3d_interleaved", 8, 1),
+                                           ("pipeline_llama_4d", 16, 2)])
 def test_mesh_steps_correct_on_gloo(name, world, cp, monkeypatch):
     """The label: each rank's gradients are its shard of the single-device ones on a real gloo group."""
     monkeypatch.setenv("SHARDPROOF_GLOO_TIMEOUT_S", "300")

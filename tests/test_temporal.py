@@ -33,6 +33,8 @@ HAZARDS = {
     "overlapped_dp_step": ("use-before-wait", [0, 1], "new = {n: p - lr * p.grad"),
     "groups_in_rank_order": ("collective-order-mismatch", [0, 1], "dist.all_reduce(grads[name]"),
     "pipeline_1f1b": ("deadlock", [0, 1], "dist.recv(grad, peer)  # waits"),
+    "bucketed_dp_reduce": ("buffer-reused-before-completion", [0, 1], "flat.copy_(grad)  # bug"),
+    "ring_kv_single_buffer": ("concurrent-buffer-access", [0, 1], "for work in dist.batch_isend_irecv(ops)"),
 }
 _LINES = open(tp.__file__).read().splitlines()
 
@@ -188,6 +190,20 @@ def test_twin_values_on_gloo():
     got = run_with_timeout(tp.pipeline_1f1b, 2, 5.0, bug=False)
     assert got is not None
     assert run_with_timeout(tp.recv_first, 2, 2.0, bug=True) is None  # the minimal deadlock hangs
+
+
+def test_realistic_buffer_twins_values_on_gloo():
+    """The realistic buffer programs' twins on gloo: each bucket's dp mean; every rank's ring K/V
+    blocks in ring order."""
+    from gloo import run_with_timeout
+    got = run_with_timeout(tp.bucketed_dp_reduce, 2, 20.0, bug=False)
+    assert got is not None
+    torch.manual_seed(0)
+    base = [torch.randn(4) for _ in range(3)]
+    assert all(torch.allclose(torch.as_tensor(r[f"g{i}"]), g * 1.5) for r in got for i, g in enumerate(base))
+    got = run_with_timeout(tp.ring_kv_single_buffer, 2, 20.0, bug=False)
+    assert got is not None
+    assert [[float(b[0]) for b in torch.as_tensor(r["blocks"])] for r in got] == [[0, 1], [1, 0]]
 
 
 class SwappedOrder(RowParallel):

@@ -46,6 +46,7 @@ def _steps():
 def test_training_step_verified(module, world, options):
     """A proof, confirmed by execution, numerically equal on random inputs (cross_check)."""
     report = assert_verified(module.case(world, **options), world, cross_check=True)
+    assert report.temporal["checked"] and report.temporal["findings"] == 0, report.temporal  # issue 18: no hazard
     assert report.parameters, "a training step reports each parameter's gradient relation"
     expected = {o.name: o.expected for o in report.outputs}
     for row in report.parameters:  # the parameter's relation unless the case states another (ZeRO-2's chunks)

@@ -21,10 +21,10 @@ WORLD_SIZES = (8,)
 
 def case(world_size: int = 8, pp: int = 2, tp: int = 2, cp: int = 1, microbatches: int = 4,
          model=MeshPipelineTraining, batch: int = BATCH, heads: int = HEADS, kv_heads: int = KV_HEADS,
-         name: str = "pipeline_llama_3d", meta=None) -> Case:
+         name: str = "pipeline_llama_3d", meta=None, layers: int = LAYERS) -> Case:
     """dp = world_size / (pp * tp * cp)."""
     torch.manual_seed(0)
-    full = Stack([LlamaBlock(HIDDEN, heads, kv_heads, FFN) for _ in range(LAYERS)])
+    full = Stack([LlamaBlock(HIDDEN, heads, kv_heads, FFN) for _ in range(layers)])
     dp = world_size // (pp * tp * cp)
     # a piece on two dims (batch over dp, sequence over cp) is stated, not inferred
     mesh = f"Mesh([{pp}, {dp}, {tp}, {cp}], (Replicate(), Shard(0), Replicate(), Shard(1)))"

@@ -17,4 +17,5 @@ def case(world_size: int = 2):
     return pipeline_case(world_size, model=NewestFirst, name="pipeline_microbatch_order_swapped",
                          meta={"source": "1F1B schedule: saved activations popped LIFO (Megatron pops FIFO)",
                                "bug": "rank-specific-mismatch", "bug_node": "tanh_backward", "bug_op": "aten.tanh_backward", "bug_ranks": [0],
-                               "bug_source": "mini_pipeline.py:82", "bug_line": 'self.layers[i](x)', "hint": 'differently'})
+                               "bug_source": "mini_pipeline.py:82", "bug_line": 'self.layers[i](x)', "bug_stage": 0, "bug_microbatch": 1,
+                               "hint": 'differently'})

@@ -19,4 +19,5 @@ def case(world_size: int = 4):
     return pipeline_case(world_size, model=PeerOffByOne, name="pipeline_peer_off_by_one",
                          meta={"source": "P2P peer computed off by one between pipeline stages",
                                "bug": "p2p-mismatch", "bug_node": "recv", "bug_op": "shardproof_p2p.recv", "bug_ranks": [0, 1, 2, 3],
-                               "bug_source": "mini_pipeline.py:101", "bug_line": 'batch_isend_irecv', "hint": 'peer ranks'})
+                               "bug_source": "mini_pipeline.py:101", "bug_line": 'batch_isend_irecv', "bug_stage": 0, "bug_microbatch": 3,
+                               "hint": 'peer ranks'})

@@ -40,4 +40,5 @@ def case(world_size: int = 3, fresh: bool = False):
 
 
 BUG = {"bug": "saved-buffer-overwritten", "bug_node": "recv_1", "bug_op": "c10d.irecv", "bug_ranks": [1],
-       "bug_source": "mini_pipeline.py:101", "bug_line": "dist.batch_isend_irecv(ops)", "hint": "fresh buffer"}
+       "bug_source": "mini_pipeline.py:101", "bug_line": "dist.batch_isend_irecv(ops)", "bug_stage": 1,
+       "bug_microbatch": 1, "hint": "fresh buffer"}

@@ -22,4 +22,5 @@ def case(world_size: int = 4):
     return pipeline_case(world_size, pp=2, model=CrossedPeers, name="verdict06_pipeline_rank_mapping",
                          meta={"source": "VERDICT repro 6: wrong pipeline rank mapping",
                                "bug": "wrong-shard-offset", "bug_node": "sub", "bug_op": "aten.sub", "bug_ranks": [2, 3],
-                               "bug_source": "mini_megatron.py:112", "bug_line": 'batch["target"]', "hint": 'which shard'})
+                               "bug_source": "mini_megatron.py:112", "bug_line": 'batch["target"]', "bug_stage": 1, "bug_microbatch": 0,
+                               "hint": 'which shard'})

@@ -22,4 +22,5 @@ def case(world_size: int = 4):
     return pipeline_case(world_size, pp=2, model=EarlyReducer, name="verdict14_reducer_before_last_microbatch",
                          meta={"source": "VERDICT repro 14: reducer launched before the last microbatch",
                                "bug": "wrong-group", "bug_node": "all_reduce_1", "bug_op": "_c10d_functional.all_reduce", "bug_ranks": [0, 1, 2, 3],
-                               "bug_source": "mini_megatron.py:34", "bug_line": 'dist.all_reduce', "hint": 'all_reduce'})
+                               "bug_source": "mini_megatron.py:34", "bug_line": 'dist.all_reduce', "bug_stage": 0, "bug_microbatch": 3,
+                               "hint": 'all_reduce'})
