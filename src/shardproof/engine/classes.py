@@ -53,17 +53,12 @@ _PLAIN = (int, float, bool, str, type(None))
 
 
 def _shape(value):
-    """An argument structure with nodes by name (two ranks' derived nodes compare equal)."""
-    kind = type(value)
-    if kind is Node:
-        return ("node", value.name)
-    if kind is tuple or kind is list:  # one pass, the common items inline
-        return (kind.__name__,) + tuple([("node", v.name) if type(v) is Node else v if type(v) in _PLAIN else _shape(v)
-                                         for v in value])
+    """An argument structure with nodes by name (two ranks' derived nodes compare equal);
+    plain scalars inline (one pass: it runs per node of every member)."""
     if isinstance(value, Node):
         return ("node", value.name)
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(_shape(v) for v in value)
+        return (type(value).__name__,) + tuple([v if type(v) in _PLAIN else _shape(v) for v in value])
     if isinstance(value, dict):
         return ("dict",) + tuple((k, _shape(v)) for k, v in sorted(value.items()))
     return value
