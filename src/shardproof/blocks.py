@@ -55,28 +55,15 @@ def _case(single, parallel_of_rank: Callable, x, g, world: int, name: str, input
 
 def screen_block(single, parallel_of_rank: Callable, x, g, world: int, name: str, inputs: dict) -> str:
     """One layer's key: its dispatched ops on the single device and every rank, and its input
-    relations as :func:`~shardproof.api.prepare` would infer them (see the module docstring).
-    Runs inside :func:`~shardproof.frontends.torch_blocks.screening`."""
-    from .frontends import torch_draws as draws
-    from .frontends.torch_capture import fake_world, program_inputs
-    case = _case(single, parallel_of_rank, x, g, world, name, inputs)
-    saved = draws.snapshot(case.single)
-    draws.redraw(case.single, REDRAW_SEED)
-    try:
-        texts = [dispatch_text(case.single, case.inputs)]
-        seq_values = _numpy(program_inputs(case.single, case.inputs))
-        rank_values = []
-        for rank in range(world):
-            with fake_world(rank, world):
-                program = case.distributed(rank, world)
-                texts.append(dispatch_text(program, case.inputs))
-                rank_values.append(_numpy(program_inputs(program, case.inputs)))
-    finally:
-        draws.restore(case.single, saved)
-    return _key(case, saved, texts, seq_values, rank_values)
+    relations as :func:`~shardproof.api.prepare` would infer them (see the module docstring):
+    :func:`screen_layers` of one layer. Runs inside
+    :func:`~shardproof.frontends.torch_blocks.screening`."""
+    return screen_layers([single], lambda rank, w: [parallel_of_rank(rank, w)], x, g, world, name, inputs,
+                         names=[name])[0]
 
 
-def screen_layers(single_layers: list, rank_layers: Callable, x, g, world: int, name: str, inputs: dict) -> list:
+def screen_layers(single_layers: list, rank_layers: Callable, x, g, world: int, name: str, inputs: dict,
+                  names: list | None = None) -> list:
     """Every layer's :func:`screen_block` key, with each rank's model built **once** for all
     layers (``rank_layers(rank, world)``: the layers of rank `rank`'s model, built from the
     single-device layers as they are at the call) instead of once per layer (issue 16: building
@@ -88,7 +75,8 @@ def screen_layers(single_layers: list, rank_layers: Callable, x, g, world: int, 
     :func:`~shardproof.frontends.torch_blocks.screening`."""
     from .frontends import torch_draws as draws
     from .frontends.torch_capture import fake_world, program_inputs
-    cases = [_case(layer, None, x, g, world, f"{name} layer {i}", inputs) for i, layer in enumerate(single_layers)]
+    names = names or [f"{name} layer {i}" for i in range(len(single_layers))]
+    cases = [_case(layer, None, x, g, world, names[i], inputs) for i, layer in enumerate(single_layers)]
     saved = [draws.snapshot(c.single) for c in cases]
     try:
         for i, c in enumerate(cases):
