@@ -30,6 +30,7 @@ cheaper, not flat in M (bench/README.md sections 9 and 10).
 from __future__ import annotations
 
 import copy
+import hashlib
 import operator
 import re
 from dataclasses import dataclass, replace
@@ -65,7 +66,9 @@ class LoopRecord:
 class MicrobatchRecord(OpRecord):
     """Ops per segment (``"pre"``, a microbatch index, ``"post"``), tensors referenced
     relative to the segment (module doc); `unsupported` says why a loop cannot be derived.
-    It is an :class:`OpRecord` too (the rank's fingerprint): one eager run gives both."""
+    It is an :class:`OpRecord` too (the rank's fingerprint): one eager run, one walk of each
+    op's arguments, gives both -- the key and the microbatch keys are computed from the
+    segments at the end (:meth:`key`, :meth:`microbatch_keys`)."""
 
     def __init__(self, inputs: list, count: int):
         super().__init__(inputs)
@@ -75,6 +78,8 @@ class MicrobatchRecord(OpRecord):
         self.unsupported: str | None = None
         self._ctx = "pre"
         self._last = None  # the latest microbatch begun
+        self._runs: list = []  # [segment, ops] per run of consecutive ops in one segment: the program order
+        self._split: set = set()  # microbatches whose ops are not one run
 
     def _segment(self, mb):
         if mb is None:
@@ -84,37 +89,62 @@ class MicrobatchRecord(OpRecord):
         self._last = mb
         return mb
 
+    def key(self) -> str:
+        """The program: every op in order (the runs of segments and each segment's ops, every
+        tensor named by segment, op and output: :meth:`_loop_ref` is one-to-one given the
+        segment), as :meth:`OpRecord.key` tells programs apart."""
+        return hashlib.blake2b(repr((self._runs, self.segments)).encode(), digest_size=20).hexdigest()
+
+    def microbatch_keys(self) -> dict:
+        """Per microbatch, its ops with tensors of other segments as ``"outer"`` (inputs by
+        position, its own by op and output), as :meth:`OpRecord.microbatch_keys`; a
+        microbatch whose ops are not one run keeps a key of its own."""
+        def local(r):
+            return r if r[0] in ("in", "self") else "outer"
+        out = {}
+        for mb, ops in self.segments.items():
+            if isinstance(mb, int):
+                body = repr([(op, _map_refs(a, local), _map_refs(k, local)) for op, a, k, _ in ops])
+                out[mb] = hashlib.blake2b((body + (f"split {mb}" if mb in self._split else "")).encode(),
+                                          digest_size=20).hexdigest()
+        return out
+
     def _loop_ref(self, t):
         where = self._where.get(id(t))
         if where is None:  # made outside the dispatcher: by value
             return self._ref(t, None)
         seg, ctx = where[0], self._ctx
         if seg == "in" or seg == ctx:
-            return where if seg == "in" else ("self",) + where[1:]
+            return Ref(where if seg == "in" else ("self",) + where[1:])
         if seg == "pre":
             i, j = where[1:]
             multi = self.segments["pre"][i][3] == "M"
-            return ("pre", i, "m" if isinstance(ctx, int) and multi and j == ctx else j)
+            return Ref(("pre", i, "m" if isinstance(ctx, int) and multi and j == ctx else j))
         if isinstance(ctx, int) and seg == ctx - 1:
-            return ("prev",) + where[1:]
+            return Ref(("prev",) + where[1:])
         if ctx == "post" and seg == self._last:
-            return ("last",) + where[1:]
+            return Ref(("last",) + where[1:])
         self.unsupported = self.unsupported or f"segment {ctx} reads a tensor of microbatch {seg}"
-        return ("abs",) + where
+        return Ref(("abs",) + where)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out, op, args = self._call(func, args, kwargs)
-        mb = _current_microbatch()
-        seg = self._ctx = self._segment(mb)
+        seg = self._ctx = self._segment(_current_microbatch())
         ops = self.segments.setdefault(seg, [])
+        if self._runs and self._runs[-1][0] == seg:
+            self._runs[-1][1] += 1
+        else:
+            if any(s == seg for s, _ in self._runs) and isinstance(seg, int):
+                self._split.add(seg)
+            self._runs.append([seg, 1])
         outs = out if isinstance(out, (tuple, list)) else (out,)
         many = "M" if seg == "pre" and isinstance(out, (tuple, list)) and len(out) == self.count else len(outs)
         ops.append((op, walk_args(args, self._loop_ref), walk_args(kwargs, self._loop_ref), many))
-        self._note(op, args, kwargs, out, mb)
         for j, t in enumerate(outs):
             if isinstance(t, torch.Tensor):
                 self._where[id(t)] = (seg, len(ops) - 1, j)
+                self._keep.append(t)  # alive: ids are not reused
         return out
 
     def finish(self, inputs: dict, names: list, outs: list, events: list, program) -> tuple:
@@ -124,6 +154,21 @@ class MicrobatchRecord(OpRecord):
         returned = tuple(self._loop_ref(o) if isinstance(o, torch.Tensor) else repr(o) for o in outs)
         record = LoopRecord(self.segments, self.unsupported, self.count, list(self.groups))
         return record, inputs, list(names), outs, list(events), returned, getattr(program, "microbatch_dim", 0)
+
+
+class Ref(tuple):
+    """A tensor argument's reference in a :class:`MicrobatchRecord` (``("self", op, output)``,
+    ``("prev", ...)``, ...): a tuple, told apart from an argument's own tuples by its type."""
+    __slots__ = ()
+
+
+def _map_refs(record, fn):
+    """A walked argument record (walk_args) with each tensor reference (:class:`Ref`) mapped by `fn`."""
+    if type(record) is Ref:
+        return fn(record)
+    if type(record) is tuple:
+        return tuple([_map_refs(x, fn) for x in record])
+    return record
 
 
 def loop_record(train):

@@ -119,12 +119,17 @@ class OpRecord(TorchDispatchMode):
         return {mb: h.hexdigest() for mb, h in self._mb_hash.items()}
 
 
+_SCALARS = (bool, int, float, complex, str, type(None))
+
+
 def walk_args(a, ref: Callable):
     """An op's argument as a hashable record: tensors as `ref(tensor)`, containers walked,
     scalars as themselves, anything else by its string (dtypes, devices, layouts)."""
     if isinstance(a, torch.Tensor):
         return ref(a)
     if isinstance(a, (list, tuple)):
+        if all(type(x) in _SCALARS for x in a):  # sizes, dims: no walk per element
+            return tuple(a)
         return tuple([walk_args(x, ref) for x in a])
     if isinstance(a, dict):
         return tuple([(k, walk_args(v, ref)) for k, v in a.items()])
