@@ -183,7 +183,8 @@ def folded(dist: DistributedProgram, loop: dict):
         at = kept.index(bodies[t + 2][-1]) + 1
         kept.insert(at, node)
         graphs.append(replace(g, nodes=kept))
-        plans.append((node, bodies, read, _slices(g, bodies, t, last), input_independent(g)))
+        slices = _slices(g, bodies, t, last)
+        plans.append((node, bodies, read, slices, input_independent(g, [x for per in slices for x in per])))
     return replace(dist, graphs=graphs), plans
 
 
@@ -202,11 +203,23 @@ def _slices(graph: Graph, bodies: dict, t: int, last: int) -> list[list[Node]]:
     return out
 
 
-def input_independent(graph: Graph) -> set:
+def input_independent(graph: Graph, of: list | None = None) -> set:
     """Names of the graph's nodes computed from no input (constants, aranges, sizes): the
-    tensors engine/tables.py evaluates and may relate to the single-device program by value."""
+    tensors engine/tables.py evaluates and may relate to the single-device program by value.
+    `of`: only these nodes and their ancestors are judged (the answer for a node depends on
+    its ancestors alone)."""
     out: set = set()
+    wanted = None
+    if of is not None:
+        wanted, stack = set(), list(of)
+        while stack:
+            n = stack.pop()
+            if n not in wanted:
+                wanted.add(n)
+                stack.extend(n.inputs)
     for n in graph.nodes:
+        if wanted is not None and n not in wanted:
+            continue
         if n.op != "input" and not any(v in n.op for v in VARYING) and all(x.name in out for x in n.inputs):
             out.add(n.name)
     return out

@@ -385,6 +385,16 @@ def _meta_copy(value):
     return value
 
 
+def _same_type(old, new) -> bool:
+    """Whether a node's recorded value has the shapes and dtypes of `new` (tensors, or lists
+    and tuples of tensors, alone)."""
+    if isinstance(new, torch.Tensor):
+        return isinstance(old, torch.Tensor) and old.shape == new.shape and old.dtype == new.dtype
+    if isinstance(new, (list, tuple)) and new:
+        return isinstance(old, (list, tuple)) and len(old) == len(new) and all(map(_same_type, old, new))
+    return False
+
+
 class _TypedRun(torch.fx.Interpreter):
     """The derived module run on the full inputs: every node's ``meta["val"]`` and storage
     layout (strides, offset) from its eager value, as the eager step computes them."""
@@ -395,7 +405,8 @@ class _TypedRun(torch.fx.Interpreter):
 
     def run_node(self, n):
         out = super().run_node(n)
-        n.meta["val"] = _meta_copy(out)
+        if not _same_type(n.meta.get("val"), out):  # (from_fx reads a value's shape and dtype)
+            n.meta["val"] = _meta_copy(out)
         if isinstance(out, torch.Tensor) and out.layout == torch.strided:
             self.layouts[n] = (tuple(int(x) for x in out.stride()), int(out.storage_offset()))
         return out
@@ -445,7 +456,7 @@ def capture_loop(make_program, rank: int, world: int, data: dict, train, events:
     if small is None or not _same_records(full, small, t, odd_last):
         return None
     from . import torch_train as tt
-    kept: dict = {}
+    kept: dict = {"ir": False}  # the reduced trace's fx module and stated relations only (no IR graph)
     traced, _ = tt.capture_rank_step(make_program, rank, world, small_data, small_train, False, kept)
     gm = derive_loop(kept["gm"], count, reduced, t, odd_last)
     if gm is None:

@@ -253,7 +253,8 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
     A DTensor parameter's graph input is the rank's local shard, seen by the step as that
     DTensor (its optimizer state too), and what the step returns as DTensors is taken
     locally: the rank's program is what DTensor runs on that rank, collectives included.
-    With `keep`, ``keep["gm"]`` is the traced fx module."""
+    With `keep`, ``keep["gm"]`` is the traced fx module; ``keep["ir"] = False`` beforehand: the
+    fx module alone is wanted (the graph returned holds the stated relations, no nodes)."""
     flat_fn, inputs, output_names, stated, specs = step_function(program, data, train, step)
     names = list(inputs)
     fsdp = fsdp_params(program)
@@ -265,8 +266,11 @@ def trace_step(program: torch.nn.Module, data: dict, train: Train, step: Callabl
         raise
     except Exception as exc:
         raise trace_failure(f"tracing the training step of {label}", exc) from exc
-    graph = from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
-    attach_events(graph, events, gm.graph)
+    if keep is not None and keep.get("ir") is False:
+        graph = Graph(label=label)
+    else:
+        graph = from_fx(gm.graph, names, output_names, label, storage_layouts(gm, list(inputs.values())))
+        attach_events(graph, events, gm.graph)
     graph.stated = stated_relations(stated)
     graph.stated_inputs = stated_relations({n: spec[:2] for n, spec in specs.items()})
     if keep is not None:  # the traced module, for graphs derived from this one (rank_classes)
