@@ -27,6 +27,7 @@ import mb8_mlp_train_last_doubled  # noqa: E402
 import mb8_mlp_train_last_not_accumulated  # noqa: E402
 import mb8_mlp_train_middle_doubled  # noqa: E402
 import mb8_mlp_train_rank1_last_doubled  # noqa: E402
+import mb8_mlp_train_rank1_slice_repeated  # noqa: E402
 import mb8_mlp_train_row_ids_clamped  # noqa: E402
 import mb8_mlp_train_same_row_ids  # noqa: E402
 
@@ -218,6 +219,24 @@ def test_each_class_derives_its_loop_from_its_own_fingerprint_run(monkeypatch):
     assert finding.rank == [1] and finding.microbatch == 7 and "microbatch 7" in finding.message, finding
 
 
+def test_a_rank_reading_another_microbatchs_slice_is_its_own_class():
+    """Adversarial, aimed at the fingerprint computed from the loop's segment-relative record
+    (one walk per op): dp rank 1's microbatch 5 reads microbatch 4's slice of the batch (split
+    before the loop), rank 0 its own. The two records differ only in that slice's index, so
+    rank 1 is its own class, its loop is traced whole (microbatch 5 is another program), the
+    induction does not fit it (the slices do not move by one step), and the bug is found on
+    rank 1 in microbatch 5 (gloo label: buggy, `test_labels_on_gloo`)."""
+    _, report, traced = _run(mb8_mlp_train_rank1_slice_repeated)
+    assert [c["ranks"] for c in report.rank_classes] == [[0], [1]]
+    loops = {c["representative"]: c.get("microbatch_loop") for c in report.rank_classes}
+    assert loops[0]["traced"] == [0, 1, 2] and loops[1] is None, loops
+    assert sorted(traced) == [3, 8]
+    assert report.status == "violation", report
+    finding = report.findings[0]
+    assert finding.rank == [1] and finding.microbatch == 5 and "microbatch 5" in finding.message, finding
+    assert not report.stats["microbatch_induction"]["by_induction"]
+
+
 def test_a_constant_of_the_microbatch_count_is_not_derived():
     """Scaled by 8 / train.microbatches: the reduced run is another program, so the loop is
     traced whole (8 microbatches), and the step still verifies -- by induction over the loop
@@ -278,7 +297,8 @@ def test_batch_non_uniform_programs(name, bug):
     ("mb8_mlp_train_row_ids_clamped", False), ("mb8_mlp_train_single_row_mask", False),
     ("mb8_mlp_train_single_cat_scaled", False), ("mb8_mlp_train_parallel_row_mask", False),
     ("mb8_mlp_train_both_row_mask", True), ("mb8_mlp_train_same_row_ids", True),
-    ("mb8_mlp_train_parallel_cat_scaled", False), ("mb8_mlp_train_rank1_last_doubled", False)])
+    ("mb8_mlp_train_parallel_cat_scaled", False), ("mb8_mlp_train_rank1_last_doubled", False),
+    ("mb8_mlp_train_rank1_slice_repeated", False)])
 def test_labels_on_gloo(name, want):
     """Correct programs' gradients equal the single-device ones on every rank; the buggy
     ones' differ on every rank (after the dp all_reduce)."""
