@@ -82,7 +82,7 @@ def test_partial_or_wrong_source_relation_is_refused():
     assert by_source(["exp_avg:w"], made, {}, seq, ranks) == {}  # no relation for the parameter
 
 
-@pytest.mark.slow  # a full-trace fallback of the 2-layer step
+@pytest.mark.sweep  # a full-trace fallback of the 2-layer step (~15 CPU s): make test-all
 def test_state_reinitialised_on_one_layer_located():
     import llama_step
     from shardproof.api import NO_CONFIRM
@@ -97,7 +97,7 @@ def test_state_reinitialised_on_one_layer_located():
     assert report.findings[0].source.split(" in ")[0].rsplit(":", 1)[0].endswith("mini_megatron.py")
 
 
-@pytest.mark.slow  # 2 gloo runs of 4 processes
+@pytest.mark.sweep  # 2 gloo runs of 4 processes: make test-all
 def test_state_init_label_on_gloo():
     from gloo import training_step_agrees
     assert training_step_agrees(os.path.join(HERE, "cases", "step_llama2.py"), 4, 2)
