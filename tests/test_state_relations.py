@@ -22,7 +22,7 @@ from shardproof.case import AdamW  # noqa: E402
 from shardproof.frontends.torch_train import state_source, state_values  # noqa: E402
 from shardproof.relations.infer import InputRelation, resolve_inputs  # noqa: E402
 from shardproof.relations.made_from import HOW, by_source  # noqa: E402
-from shardproof.relations.spec import Partial, Shard  # noqa: E402
+from shardproof.relations.spec import Ignore, Partial, Shard  # noqa: E402
 
 STATE_INIT = os.path.join(HERE, "cases", "step_llama_tail_state_init1.py")
 OPT = AdamW(lr=1e-2)
@@ -72,13 +72,17 @@ def test_state_not_made_from_its_parameter_is_refused():
 
 def test_partial_or_wrong_source_relation_is_refused():
     """A parameter held as a partial sum (an elementwise f of the pieces does not sum to f of the
-    whole), or a layout that does not hold on the state's values: not related by the parameter."""
+    whole), ignored, or a layout that does not hold on the state's values: not related by the
+    parameter. Partial is refused even where every rank holds the whole (replicated values)."""
     seq, ranks = _values()
     made = state_source(OPT)
     partial = {"w": InputRelation("w", "w", Partial("sum"), "given")}
     assert by_source(["exp_avg:w"], made, partial, seq, ranks) == {}
+    assert by_source(["exp_avg:w"], made, partial, seq, [dict(seq) for _ in ranks]) == {}
     wrong = {"w": InputRelation("w", "w", Shard(1), "given")}
     assert by_source(["exp_avg:w"], made, wrong, seq, ranks) == {}
+    ignored = {"w": InputRelation("w", "w", Ignore(), "given")}
+    assert by_source(["exp_avg:w"], made, ignored, seq, ranks) == {}
     assert by_source(["exp_avg:w"], made, {}, seq, ranks) == {}  # no relation for the parameter
 
 

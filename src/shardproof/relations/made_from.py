@@ -8,8 +8,9 @@ rank; here it takes its parameter's relation instead, **after proving it**:
    (``S == f(P)``) and on every rank (``S_r == f(P_r)``), checked element by element on the
    values the programs received, where ``f`` is elementwise;
 2. the parameter's relation is already established (given, or matched by value without
-   ambiguity), and it is a selection of elements (a layout: never ``Partial``, whose pieces
-   sum to the whole, which an elementwise ``f`` does not preserve);
+   ambiguity), and it is a selection of elements on every rank (a layout: never ``Partial``,
+   whose pieces sum to the whole, which an elementwise ``f`` does not preserve, nor
+   ``Ignore``);
 3. then ``S_r = f(P_r) = f(P[V_r]) = f(P)[V_r] = S[V_r]`` for every rank, and the layout is
    checked once more on the state's own values (``by_value._holds``).
 
@@ -21,7 +22,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .by_value import _holds
-from .spec import Partial
+from .spec import RelationError
 
 MadeFrom = Callable[[str], "tuple[str, Callable[[str], str], Callable] | None"]
 """``made_from(name)``: ``(source input, single-device name of the made input given the
@@ -37,7 +38,7 @@ def by_source(names, made_from: MadeFrom, bound: Mapping, seq_values: Mapping, r
     for name in names:
         made = made_from(name)
         src = bound.get(made[0]) if made else None
-        if src is None or isinstance(src.relation, Partial) or src.seq_name not in seq_values:
+        if src is None or src.seq_name not in seq_values:
             continue
         seq_name, remake = made[1](src.seq_name), made[2]
         if seq_name not in seq_values or any(name not in r or made[0] not in r for r in rank_values):
@@ -47,9 +48,18 @@ def by_source(names, made_from: MadeFrom, bound: Mapping, seq_values: Mapping, r
         if not _same(remake(seq_values[src.seq_name]), whole) or \
                 not all(_same(remake(r[made[0]]), loc) for r, loc in zip(rank_values, locals_)):
             continue
-        if _holds(src.relation, whole, locals_):
+        if _is_selection(src.relation, whole.shape, len(locals_)) and _holds(src.relation, whole, locals_):
             out[name] = (seq_name, src.relation)
     return out
+
+
+def _is_selection(rel, shape, world: int) -> bool:
+    """Every rank holds a selection of elements (a layout): not Partial, Ignore or any
+    relation without one (``_holds`` would read a missing layout as the whole tensor)."""
+    try:
+        return all(rel.layout(shape, r, world) is not None for r in range(world))
+    except RelationError:
+        return False
 
 
 def _same(a, b) -> bool:
