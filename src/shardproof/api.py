@@ -223,7 +223,8 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
         timings = {"seconds": time.perf_counter() - t0, "executor": ran_on, "units": units}
     bindings = resolve_inputs({n.name: n.shape for n in seq.inputs},
                               [{n.name: n.shape for n in g.inputs} for g in dist.graphs],
-                              spec, seq_values, rank_values, original_values=original or None, probe=probe)
+                              spec, seq_values, rank_values, original_values=original or None, probe=probe,
+                              made_from=_made_from(case))
     if case.train is not None:
         dist, expected = training_expectations(seq, dist, bindings)
         expect = {**expected, **_expand_globs(expect, list(seq.outputs))}
@@ -237,6 +238,14 @@ def prepare(case: Case, world_size: int | None = None, relations: dict | None = 
     return Prepared(seq, dist, bindings, expect, _integer_inputs(seq_values) | _optimizer_state(case, seq_values),
                     case.name, gradients, case, stated=frozenset(n for n, r in stated.items() if expect[n] == r),
                     capture=timings)
+
+
+def _made_from(case: Case):
+    """A training step's optimizer states are made from their parameters (torch_train.state_source)."""
+    if case.train is None or case.backend == "jax":
+        return None
+    from .frontends.torch_train import state_source
+    return state_source(case.train.optimizer)
 
 
 def _optimizer_state(case: Case, values: dict) -> dict:

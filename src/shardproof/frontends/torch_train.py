@@ -77,13 +77,31 @@ def state_values(params: dict[str, torch.Tensor], optimizer) -> dict[str, dict[s
     """Optimizer state for each parameter, as an elementwise function of its value: a rank's
     state is then laid out exactly as its parameter is (value matching relates it), while
     the proof treats every state tensor as an independent input."""
-    out = {}
-    for name, p in params.items():
-        p = p.detach().double()
-        made = {"momentum_buffer": torch.sin(3 * p + 1) / 4, "exp_avg": torch.sin(3 * p + 1) / 10,
-                "exp_avg_sq": (2 + torch.cos(5 * p)) / 100}
-        out[name] = {s: made[s].to(torch.float32) for s in (optimizer.state_names if optimizer else ())}
-    return out
+    names = optimizer.state_names if optimizer else ()
+    return {name: {s: _state_of(p, s) for s in names} for name, p in params.items()}
+
+
+def _state_of(param: torch.Tensor, state: str) -> torch.Tensor:
+    """One optimizer state as :func:`state_values` makes it: elementwise in the parameter."""
+    p = param.detach().double()
+    made = {"momentum_buffer": lambda: torch.sin(3 * p + 1) / 4, "exp_avg": lambda: torch.sin(3 * p + 1) / 10,
+            "exp_avg_sq": lambda: (2 + torch.cos(5 * p)) / 100}
+    return made[state]().to(torch.float32)
+
+
+def state_source(optimizer):
+    """``made_from`` for :func:`~shardproof.relations.infer.resolve_inputs`: an input
+    ``<state>:<param>`` of a step is made from input ``<param>`` by :func:`_state_of` (the
+    same elementwise code on the single device and every rank); None for other inputs."""
+    names = set(optimizer.state_names if optimizer else ())
+
+    def made_from(name: str):
+        state, sep, param = name.partition(STATE_SEP)
+        if not sep or state not in names:
+            return None
+        return (param, lambda seq_param: f"{state}{STATE_SEP}{seq_param}",
+                lambda values: _state_of(torch.as_tensor(values), state).numpy())
+    return made_from
 
 
 def split_microbatches(inputs: dict[str, torch.Tensor], k: int, dim: int = 0) -> list[dict[str, torch.Tensor]]:

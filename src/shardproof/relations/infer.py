@@ -18,6 +18,7 @@ import numpy as np
 
 from .by_value import _holds, candidate_relations, relation_by_value  # noqa: F401  (relation_by_value: re-exported)
 from .by_value import may_be_pieces
+from .made_from import HOW as MADE_HOW, MadeFrom, by_source
 from .spec import DERIVED, Ignore, Partial, Relation, RelationError, Replicate, Shard, held, parse_relation
 
 
@@ -270,7 +271,7 @@ def relation_by_shape(seq_shape: Sequence[int], local_shapes: list[Sequence[int]
 def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[str, tuple]],
                    spec: dict[str, SpecEntry] | None = None, seq_values=None, rank_values=None,
                    by_shape: bool = False, labels: Sequence[str] | None = None,
-                   original_values=None, probe=None) -> dict[str, InputRelation]:
+                   original_values=None, probe=None, made_from: MadeFrom | None = None) -> dict[str, InputRelation]:
     """Relations for every distributed input: the spec where it speaks, then values, then
     (if allowed) names and shapes. Raises RelationError naming what is missing or wrong;
     ``labels`` say where each rank's program comes from, for messages.
@@ -279,7 +280,9 @@ def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[st
     the distributed programs were built; ``original_values`` the user's own. An input
     that is no piece of the drawn values but is one of the original ones was built before
     the draw (or is recomputed by the program, like a RoPE table): it is related by the
-    original values, marked so, under the same ambiguity check."""
+    original values, marked so, under the same ambiguity check. ``made_from``: inputs the
+    capture made from another by elementwise code (optimizer states), related as their
+    source is where that is proved (:mod:`~shardproof.relations.made_from`)."""
     spec = spec or {}
     names = list(rank_shapes[0])
     for r, shapes in enumerate(rank_shapes[1:], 1):
@@ -310,7 +313,11 @@ def resolve_inputs(seq_shapes: Mapping[str, tuple], rank_shapes: list[Mapping[st
             _check_given(entry, name, seq_name, rel, seq_values, rank_values, original_values)
         out[name] = InputRelation(name, seq_name, rel, "given")
     if todo and seq_values is not None:
-        out.update(infer_by_value(seq_values, rank_values, todo, probe=probe))
+        made = [n for n in todo if made_from is not None and made_from(n) is not None]
+        out.update(infer_by_value(seq_values, rank_values, [n for n in todo if n not in made], probe=probe))
+        out.update({n: InputRelation(n, seq, rel, MADE_HOW)
+                    for n, (seq, rel) in by_source(made, made_from, out, seq_values, rank_values).items()})
+        out.update(infer_by_value(seq_values, rank_values, [n for n in made if n not in out], probe=probe))
         todo = [n for n in todo if n not in out]
     if todo and original_values is not None:
         out.update(infer_by_value(original_values, rank_values, todo, how="value (original weights)", probe=probe))

@@ -11,6 +11,9 @@ Bugs (layer `buggy_layer` only):
   learning rate / another weight decay than the step's optimizer.
 - ``no-clip`` (tail): that layer's ``wq`` gradient is left out of the clipping (not scaled by
   the clipping coefficient; the norm still counts it).
+- ``state-init`` (tail): that layer's AdamW first moment is re-initialised to zeros inside the
+  step (as an optimizer that lazily creates the state of one parameter group would), instead of
+  the state the step was given.
 - ``wrong-layer``: that layer's rank shards are cut from the layer below's weights (an
   off-by-one when building the rank model: ``full.layers[i - 1]``).
 - ``dp-rank-loss`` (`buggy_layer` names a dp rank here): that dp rank scales its microbatch
@@ -80,6 +83,10 @@ class ParallelLlamaStep(MegatronTraining, nn.Module):
         return {n: reduced.get(n, g) for n, g in grads.items()}
 
     def update(self, params, grads, state, train):
+        if self.bug == "state-init":
+            mine = f"layers.{self.buggy_layer}."
+            state = {n: dict(s, exp_avg=torch.zeros_like(s["exp_avg"])) if n.startswith(mine) else s
+                     for n, s in state.items()}
         other = {"lr": {"lr": 2 * train.optimizer.lr}, "weight-decay": {"weight_decay": 0.5}}.get(self.bug)
         if other is None:
             return super().update(params, grads, state, train)
