@@ -1,6 +1,6 @@
 """Issue 16, dp flat: a class member's graph is checked node by node against the node it
-derives from (op, name, type, arguments, operand types: engine/classes.py ``_signature``,
-built once per node, the representative's once for all members), so a member whose graph
+derives from (op, name, type, arguments, operand types: engine/classes.py ``_same_node``,
+compared field by field), so a member whose graph
 differs from its class's in one node after the dp all_reduce is interpreted there and the
 difference found on it, even when its class was (wrongly) given to it. Labels: both programs
 run on a real gloo group against the single-device step (slow): the correct one agrees on

@@ -49,43 +49,35 @@ def tracked_ctx(reads: list) -> type:
     return Tracked
 
 
-_PLAIN = (int, float, bool, str, type(None))
+def _same_args(x, y) -> bool:
+    """Whether two argument structures are equal with nodes compared by name (two ranks'
+    derived nodes compare equal): containers of one type walked item by item, anything else
+    by ``==``. Exact and without building either side's structure (it runs per node of every
+    member)."""
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, Node):
+        return x.name == y.name
+    if isinstance(x, (list, tuple)):
+        return len(x) == len(y) and all(a is b or _same_args(a, b) for a, b in zip(x, y))
+    if isinstance(x, dict):
+        return len(x) == len(y) and all(k in y and _same_args(v, y[k]) for k, v in x.items())
+    return bool(x == y)
 
 
-def _shape(value):
-    """An argument structure with nodes by name (two ranks' derived nodes compare equal);
-    plain scalars inline (one pass: it runs per node of every member)."""
-    if isinstance(value, Node):
-        return ("node", value.name)
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple([v if type(v) in _PLAIN else _shape(v) for v in value])
-    if isinstance(value, dict):
-        return ("dict",) + tuple((k, _shape(v)) for k, v in sorted(value.items()))
-    return value
-
-
-def _signature(node: Node) -> tuple:
-    """What two ranks' nodes must share for one to stand for the other: op, name, type,
-    arguments (operands by name) and operand types (a rule may read an operand's strides)."""
-    return (node.op, node.name, node.type, _shape(node.args), _shape(node.kwargs), tuple(x.type for x in node.inputs))
-
-
-def _same_node(a: Node, b: Node, signatures: dict | None = None) -> bool:
-    """Whether `a` and `b` have one :func:`_signature`; `signatures` (id(node) -> (node, its
-    signature)) memoizes each node's, so that a representative's is built once for all members."""
+def _same_node(a: Node, b: Node) -> bool:
+    """Whether `b` can stand for `a`: op, name, type, arguments and keyword arguments (operands
+    by name) and operand types (a rule may read an operand's strides) all equal."""
     try:
-        if signatures is None:
-            return _signature(a) == _signature(b)
-        return _memo_signature(a, signatures) == _memo_signature(b, signatures)
+        return (a.op == b.op and a.name == b.name and a.type == b.type and _same_args(a.args, b.args)
+                and _same_args(a.kwargs, b.kwargs) and _same_operand_types(a, b))
     except Exception:  # noqa: BLE001  (arguments that do not compare: not shared)
         return False
 
 
-def _memo_signature(node: Node, signatures: dict) -> tuple:
-    hit = signatures.get(id(node))
-    if hit is None:
-        hit = signatures[id(node)] = (node, _signature(node))  # the node kept: its id is not reused
-    return hit[1]
+def _same_operand_types(a: Node, b: Node) -> bool:
+    xs, ys = tuple(a.inputs), tuple(b.inputs)
+    return len(xs) == len(ys) and all(x.type == y.type for x, y in zip(xs, ys))
 
 
 class ClassProof:
@@ -114,7 +106,6 @@ class ClassProof:
         from .parametric import PARAMETRIC, Parametric
         self.param = Parametric(dist, tables.terms) if PARAMETRIC and tables is not None else None
         self.signatures: dict = {}  # id(node) -> its operands (nodes live as long as the run)
-        self.node_sigs: dict = {}  # id(node) -> (node, its _signature): a representative's built once
 
     def _intern(self, value):
         from ..algebra.layout import Val
@@ -161,7 +152,7 @@ class ClassProof:
             if hit is not None:
                 same = self.same.get((rank, node.name))
                 if same is None:
-                    same = self.same[(rank, node.name)] = node is hit[0] or _same_node(node, hit[0], self.node_sigs)
+                    same = self.same[(rank, node.name)] = node is hit[0] or _same_node(node, hit[0])
                 if same:
                     check_budget(node, rank)
                     if hit[2] is not None and self.tables is not None:
@@ -189,7 +180,7 @@ class ClassProof:
         twin = self.param.names[a].get(node.name)
         same = self.same.get((rank, node.name, a))
         if same is None:  # op, type, arguments (a scalar, a dim) and operand types: graphs need not come from derive_graph
-            same = self.same[(rank, node.name, a)] = twin is not None and (node is twin or _same_node(node, twin, self.node_sigs))
+            same = self.same[(rank, node.name, a)] = twin is not None and (node is twin or _same_node(node, twin))
         out = self.param.derive(rank, node, self._inputs(node), env, a) if same else None
         if out is not None:
             check_budget(node, rank)

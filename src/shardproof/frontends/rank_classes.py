@@ -216,10 +216,12 @@ def _remap(value, env):
     return value
 
 
-def derive_graph(rep: Graph, rep_fp: Fingerprint, gm, fp: Fingerprint, rank: int) -> Graph:
+def derive_graph(rep: Graph, rep_fp: Fingerprint, gm, fp: Fingerprint, rank: int, plain: dict | None = None) -> Graph:
     """Rank `rank`'s graph from its representative's: the same nodes with the rank's own
     collective groups (in order) and, where its inputs lie otherwise in storage, the layouts
-    of a meta run of the representative's traced module on the rank's inputs."""
+    of a meta run of the representative's traced module on the rank's inputs. `plain`: node
+    name -> its type without a layout, shared by the class's members (built once)."""
+    plain = {} if plain is None else plain
     groups = {n.name: g for n, g in zip(_collectives(rep), fp.groups)}
     layouts = None
     if fp.layouts != rep_fp.layouts:
@@ -230,7 +232,13 @@ def derive_graph(rep: Graph, rep_fp: Fingerprint, gm, fp: Fingerprint, rank: int
         args = _remap(n.args, env)
         if n.name in groups:
             args = args[:-1] + (groups[n.name],)
-        ty = n.type if layouts is None else _with_storage(_plain(n.type), layouts.get(n.name))
+        if layouts is None:
+            ty = n.type
+        else:
+            bare = plain.get(n.name)
+            if bare is None:
+                bare = plain[n.name] = _plain(n.type)
+            ty = _with_storage(bare, layouts.get(n.name))
         new = object.__new__(Node)  # dataclasses.replace without re-running __init__ (every field copied)
         new.__dict__.update(n.__dict__, args=args, kwargs=_remap(n.kwargs, env), type=ty)
         env[n.name] = new
@@ -319,9 +327,10 @@ def capture_class(make_program: Callable, world: int, data_of: Callable, train, 
                                       fps[0].loop if fps[0] is not None else None)
     graphs, values = [graph], [value]
     derived = len(members) > 1 and derivable(graph, fps[0])
+    plain: dict = {}
     for r, fp in zip(members[1:], fps[1:]):
         if derived:
-            g = derive_graph(graph, fps[0], keep["gm"], fp, r)
+            g = derive_graph(graph, fps[0], keep["gm"], fp, r, plain)
             g.events = derive_events(graph, g, r) or (rank_events(g, r) if events else None)
             graphs.append(g)
             values.append(fp.inputs)
