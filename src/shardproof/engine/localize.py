@@ -15,6 +15,7 @@ from ..relations.spec import chunk_bounds
 from .causes import (autograd_accumulation, completes, gradient_accumulation_blame, misshaped_view, partial_origin,
                      view_blame)
 from .diagnose import SLICING_OPS, _src
+from .lockstep import _reach
 from .result import Finding
 from .status import Related, _seq_counterpart, _status, in_order, positions_in
 from .symbolic import SymbolicRun
@@ -382,17 +383,6 @@ def _span(p: np.ndarray) -> str:
     contiguous = len(p) and np.array_equal(p, np.arange(p[0], p[0] + len(p)))
     return f"[{p[0]}:{p[0] + len(p)})" if contiguous else f"{len(p)} positions"
     return None
-
-
-def _reach(starts, step) -> set:
-    seen, stack = set(), list(starts)
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        stack.extend(step(n))
-    return seen
 
 
 def _local_finding(run, relater, seq, dist, broken: list[str], expect: dict,
