@@ -17,7 +17,7 @@ from .causes import (autograd_accumulation, completes, gradient_accumulation_bla
 from .diagnose import SLICING_OPS, _src
 from .lockstep import _reach
 from .result import Finding
-from .status import Related, _seq_counterpart, _status, in_order, positions_in
+from .status import Related, _seq_counterpart, _status, in_order, positions_in, reorders
 from .symbolic import SymbolicRun
 
 if TYPE_CHECKING:  # annotations only
@@ -174,17 +174,6 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
         blame, blamed_as, counterpart = view_blame(*view)
         return Localized(view[0], ranks, status, n, blame, recovers, blamed_as, counterpart)
     return Localized(n, ranks, status, n, recovers=recovers)
-
-
-def reorders(node: Node, rel: Related, status: dict) -> bool:
-    """Whether `node` holds single-device elements out of their order along a dim while its
-    inputs hold theirs in order: a legitimate layout keeps pieces in order, so the op that
-    reorders (halves swapped, outputs crossed) is suspect -- it is where a violation shows
-    first when the reordered value is consumed as if it were in order."""
-    if rel.kind != "held" or in_order(rel.positions):
-        return False
-    return all(status.get(x) is None or status[x].kind != "held" or in_order(status[x].positions)
-               for x in node.inputs)
 
 
 def _dataflow_users(users: dict, status: dict, node: Node) -> list:

@@ -200,3 +200,14 @@ def in_order(positions) -> bool:
     not a reordering)."""
     return positions is None or all(p is None or bool(np.all(np.diff(p) >= 0)) or len(np.unique(p)) < len(p)
                                     for p in positions)
+
+
+def reorders(node: Node, rel: Related, status: dict) -> bool:
+    """Whether `node` holds single-device elements out of their order along a dim while its
+    inputs hold theirs in order: a legitimate layout keeps pieces in order, so the op that
+    reorders (halves swapped, outputs crossed) is suspect -- it is where a violation shows
+    first when the reordered value is consumed as if it were in order."""
+    if rel.kind != "held" or in_order(rel.positions):
+        return False
+    return all(status.get(x) is None or status[x].kind != "held" or in_order(status[x].positions)
+               for x in node.inputs)
