@@ -14,7 +14,8 @@ from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.spec import chunk_bounds
 from .causes import (autograd_accumulation, completes, gradient_accumulation_blame, misshaped_view, partial_origin,
                      view_blame)
-from .diagnose import SLICING_OPS, _src
+from .diagnose import SLICING_OPS, _src, diagnose
+from .local import local_instance
 from .lockstep import _reach
 from .result import Finding
 from .status import Related, _seq_counterpart, _status, in_order, positions_in, reorders
@@ -379,8 +380,6 @@ def _local_finding(run, relater, seq, dist, broken: list[str], expect: dict,
     """A finding backed by local evidence (see ``engine.local``): at the first broken
     tensor (`loc`), or at an output proven to hold another relation than the expected one
     (a partial sum where a replicated value was expected)."""
-    from .diagnose import diagnose
-    from .local import local_instance
     candidates = []
     status = loc.status if loc is not None else _status(run, relater, dist)
     if loc is not None and not loc.recovers:  # evidence only where the difference reaches the outputs
@@ -428,7 +427,6 @@ def _name_producer(finding: Finding, node: Node) -> None:
 
 
 def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs, gradients=frozenset()) -> list[Finding]:
-    from .diagnose import diagnose
     loc = _localize(run, relater, seq, dist, differing)
     if loc is None:
         name = differing[0]

@@ -27,6 +27,7 @@ from ..relations.infer import InputRelation, relation_by_value
 from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Padded, Partial, Relation, RelationError, Shard,
                               held, layout_index)
 from .diagnose import _src
+from .induction import interpret_by_induction
 from .localize import _findings, _local_finding, _localize
 from .numeric import check_evaluable, evaluate
 from .assumptions import input_breaches
@@ -36,6 +37,7 @@ from .positions import name_positions
 from .result import Finding, OutputCheck, Report
 from .status import VIEW_TERMS, Related, _diagonal, _status, _tensor_vals, in_order, positions_in, summarize
 from .symbolic import SymbolicRun, derive, interpret
+from .views import graph_views
 
 ASSUMPTIONS = [
     "real arithmetic: floating-point rounding and summation order are not modelled",
@@ -325,7 +327,6 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
         for k, v in kw.items():
             setattr(report, k, v)
         if views:
-            from .views import graph_views
             report.graphs = graph_views(run, seq, dist, _status(run, relater, dist), report.findings)
         report.stats["seconds"] = round(time.perf_counter() - t0, 4)
         return report
@@ -387,7 +388,6 @@ def _interpret(seq: Graph, dist: DistributedProgram, bindings: dict, expect: dic
     generic microbatches concluded by induction (engine/induction.py) where that proves
     every output; otherwise (and with `views`) every node interpreted, so that findings and
     views never rest on a concluded state."""
-    from .induction import interpret_by_induction
     record = None
     if not views:
         terms = TermStore()
