@@ -42,7 +42,6 @@ DEFERRED_CYCLES = [
     {"algebra.compute", "algebra.layout", "algebra.lemmas", "algebra.padding", "algebra.ranks"},
     {"frontends.torch_capture", "frontends.torch_collectives", "frontends.torch_events", "frontends.torch_p2p",
      "frontends.torch_pipelining", "frontends.torch_run", "frontends.torch_stage_shapes", "frontends.torch_train"},
-    {"frontends.microbatches", "frontends.rank_classes"},
     {"", "api", "cli", "frontends.rank_pool", "testing"},
 ]
 
