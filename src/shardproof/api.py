@@ -141,7 +141,7 @@ def _capture_training_once(case: Case, world: int, say, total: int, workers=None
         run = executor.active()
         serial = (run is None or run.kind == "serial") and (rank_pool.CAPTURE_WORKERS if workers is None else workers) == 1
         if SYMMETRY:  # one trace per class (on the executor's workers unless serial)
-            from .frontends.rank_classes import capture_by_class
+            from .frontends.class_capture import capture_by_class
 
             def announce(r):
                 say(f"capturing rank {r} of {world} (training step, one per class)", 1 + r, total)

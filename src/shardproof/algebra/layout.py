@@ -17,6 +17,7 @@ from .layout_base import (Val, Vec, canon_vec, full, materialize, prod, same_vec
 from .layout_maps import MAX_MAPPED, _grid, _mapped, _settled, at_positions, flat_positions, view_levels  # noqa: F401
 from .layout_reshape import (_divisors_from, _group_dims, _group_dims_units_left, _reshape_built,  # noqa: F401
                              _reshape_options, _selection_cost, _split_candidates, reshape)
+from .padding_base import common_padding
 from .terms import TermStore
 
 
@@ -257,7 +258,6 @@ def _positions_in_piece(terms: TermStore, child: int, w: Val, dim: int):
 def concat(terms: TermStore, vals: Sequence[Val], dim: int) -> Val:
     """Concatenate along `dim`; pieces of one term merge into one layout (pieces of a term
     and of the term with zero padding: of the padded one)."""
-    from .padding import common_padding
     vals = common_padding(terms, vals)
     first = vals[0]
     dim = dim % len(first.vecs)

@@ -22,7 +22,8 @@ from fractions import Fraction
 import numpy as np
 
 from .patterns import Const, P, V, first_match, match, through_views
-from .ranks import COMPLETES, RANK_SUM_LEMMAS, complete_partials
+from .compute import _reshape_lifted
+from .ranks import COMPLETES, RANK_SUM_LEMMAS, complete_partials, sum_terms
 from .layout import view_term
 from .terms import TermStore, rewrite
 
@@ -236,7 +237,6 @@ ELEMENTWISE = {"mul", "div", "gelu_backward", "threshold_backward", "sigmoid_bac
 
 def _product(terms: TermStore, op: str, attrs, kids: tuple, shape) -> int:
     """op(kids), elementwise ops applied before a reshape as compute.elementwise does."""
-    from .compute import _reshape_lifted
     lifted = _reshape_lifted(terms, kids, shape) if op in ELEMENTWISE else None
     if lifted is None:
         return terms.make(op, attrs, kids, shape)
@@ -322,7 +322,6 @@ def _sum_linear(terms: TermStore, ts: list[int]):
     (op and children, not the per-rank piece their attrs select), and sum recursively.
     Regrouping Σ_r Σ_i c_i t_ri as Σ_i c_i Σ_r t_ri holds for any pairing; this one lets
     ``a_r + b_r`` (two partial sums added before one all_reduce) complete a and b apart."""
-    from .ranks import sum_terms
     forms = [linear_parts(terms, t) for t in ts]
     if all(len(f) == 1 and next(iter(f.values())) == 1 for f in forms):
         return None

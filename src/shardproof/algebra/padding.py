@@ -23,24 +23,8 @@ import numpy as np
 
 from .layout import Val, _group_dims, prod
 from .lemmas import linear
+from .padding_base import PAD, _extents, is_zero, pad_cat, zero
 from .terms import TermStore, rewrite_any
-
-PAD = "pad"
-
-
-def zero(terms: TermStore, shape) -> int:
-    return terms.make("fill", (0,), (), tuple(shape))
-
-
-def is_zero(terms: TermStore, t: int) -> bool:
-    term = terms[t]
-    while term.op in ("reshape", "permute", "expand") and term.children:
-        term = terms[term.children[0]]
-    if term.op != "fill" or not term.attrs:
-        return False
-    v = term.attrs[0]
-    return not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, Fraction)) and v == 0
-
 
 def padded_val(terms: TermStore, t: int, vecs: tuple, padding: int = 0) -> Val:
     """``Val(t, vecs)`` where positions at or past a dim's end hold zero: the term gets a
@@ -106,42 +90,6 @@ def real_part(terms: TermStore, val: Val):
     if deeper is not None:
         return deeper[0], deeper[1] and zero_pad
     return inner, zero_pad
-
-
-def common_padding(terms: TermStore, vals: list) -> list:
-    """Values selecting from a term with zero padding and from its pieces (one rank's block
-    is all real, another's ends in padding, a third's is padding only) as selections of the
-    padded term alike."""
-    from .layout import vec_array
-    outer = next((v.t for v in vals if pad_cat(terms, v.t) is not None), None)
-    if outer is None:
-        return vals
-    d, pieces = pad_cat(terms, outer)
-    starts = np.cumsum([0] + list(_extents(terms, pieces, d)))
-    out = []
-    for v in vals:
-        if v.t == outer:
-            out.append(v)
-            continue
-        if v.t not in pieces:
-            return vals
-        k = pieces.index(v.t)
-        vecs = list(v.vecs)
-        vecs[d] = vec_array(v.vecs[d], terms.shape(v.t)[d]) + starts[k]
-        out.append(Val(outer, tuple(vecs)))
-    return out
-
-
-def pad_cat(terms: TermStore, t: int):
-    """(dim, pieces) of a padding cat, else None."""
-    term = terms[t]
-    if term.op == "cat" and len(term.attrs) == 2 and term.attrs[1] == PAD:
-        return term.attrs[0], term.children
-    return None
-
-
-def _extents(terms: TermStore, pieces, dim: int) -> tuple:
-    return tuple(terms.shape(p)[dim] for p in pieces)
 
 
 def _join(terms: TermStore, parts: list[int], dim: int, shape) -> int:

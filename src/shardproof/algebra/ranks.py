@@ -14,6 +14,7 @@ import numpy as np
 
 from .compute import pair_set, scale
 from .layout import Val, concat, materialize, same_vec, unmaterialize, view_term
+from .padding_base import is_zero
 from .terms import TermStore
 
 # op -> which child positions a sum over ranks distributes into
@@ -211,7 +212,6 @@ def combine(terms: TermStore, vals: list[Val], reduce_op: str) -> Val:
     ts = [v.t for v in vals]
     op = reduce_op.lower()
     if op in ("sum", "avg"):  # a rank holding only zero padding adds nothing
-        from .padding import is_zero
         ts = [t for t in ts if not is_zero(terms, t)] or ts[:1]
         if op == "avg":
             return Val(scale(terms, sum_terms(terms, ts), Fraction(1, len(vals))), first.vecs)

@@ -11,7 +11,7 @@ from ..ops.registry import lookup, run_numerics
 from .causes import SIZED_VIEWS, view_cause, view_hint
 from .lockstep import is_collective, resolve
 from .result import Finding
-from .status import in_order, positions_in
+from .status import in_order, positions_in, reorders, summarize
 
 LINEAR_OPS = {"aten.add", "aten.sub", "aten.cat", "aten.stack"}
 SLICING_OPS = {"aten.slice", "aten.narrow", "aten.select", "aten.index_select", "xla.slice"}
@@ -450,8 +450,6 @@ def diagnose(run, relater, seq, dist, node: Node, ranks: list[int], status, s_in
     compares it with its single-device counterpart; when there is none to compare with (the
     node consumed a dim its operand holds only part of: it is a piece of a reduction, as in
     gradient accumulation), the counterexample is taken at the first differing of `outputs`."""
-    from .localize import reorders
-    from .verify import summarize
     r = ranks[0]
     producer = node.args[0] if node.op == "getitem" and node.args and isinstance(node.args[0], Node) else node
     inputs = [x for x in producer.inputs if x in status[r]]

@@ -14,9 +14,11 @@ from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.spec import chunk_bounds
 from .causes import (autograd_accumulation, completes, gradient_accumulation_blame, misshaped_view, partial_origin,
                      view_blame)
-from .diagnose import SLICING_OPS, _src
+from .diagnose import SLICING_OPS, _src, diagnose
+from .local import local_instance
+from .lockstep import _reach
 from .result import Finding
-from .status import Related, _seq_counterpart, _status, in_order, positions_in
+from .status import Related, _seq_counterpart, _status, in_order, positions_in, reorders
 from .symbolic import SymbolicRun
 
 if TYPE_CHECKING:  # annotations only
@@ -173,17 +175,6 @@ def _localize(run: SymbolicRun, relater: Relater, seq: Graph, dist: DistributedP
         blame, blamed_as, counterpart = view_blame(*view)
         return Localized(view[0], ranks, status, n, blame, recovers, blamed_as, counterpart)
     return Localized(n, ranks, status, n, recovers=recovers)
-
-
-def reorders(node: Node, rel: Related, status: dict) -> bool:
-    """Whether `node` holds single-device elements out of their order along a dim while its
-    inputs hold theirs in order: a legitimate layout keeps pieces in order, so the op that
-    reorders (halves swapped, outputs crossed) is suspect -- it is where a violation shows
-    first when the reordered value is consumed as if it were in order."""
-    if rel.kind != "held" or in_order(rel.positions):
-        return False
-    return all(status.get(x) is None or status[x].kind != "held" or in_order(status[x].positions)
-               for x in node.inputs)
 
 
 def _dataflow_users(users: dict, status: dict, node: Node) -> list:
@@ -384,24 +375,11 @@ def _span(p: np.ndarray) -> str:
     return None
 
 
-def _reach(starts, step) -> set:
-    seen, stack = set(), list(starts)
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        stack.extend(step(n))
-    return seen
-
-
 def _local_finding(run, relater, seq, dist, broken: list[str], expect: dict,
                    loc: Optional[Localized]) -> Optional[Finding]:
     """A finding backed by local evidence (see ``engine.local``): at the first broken
     tensor (`loc`), or at an output proven to hold another relation than the expected one
     (a partial sum where a replicated value was expected)."""
-    from .diagnose import diagnose
-    from .local import local_instance
     candidates = []
     status = loc.status if loc is not None else _status(run, relater, dist)
     if loc is not None and not loc.recovers:  # evidence only where the difference reaches the outputs
@@ -449,7 +427,6 @@ def _name_producer(finding: Finding, node: Node) -> None:
 
 
 def _findings(run, relater, seq, dist, differing, s_in, s_env, d_envs, gradients=frozenset()) -> list[Finding]:
-    from .diagnose import diagnose
     loc = _localize(run, relater, seq, dist, differing)
     if loc is None:
         name = differing[0]

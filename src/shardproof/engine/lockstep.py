@@ -53,6 +53,17 @@ def _where(node: Node) -> str:
     return f"group {list(node.args[-1])}"
 
 
+def _reach(starts, step) -> set:
+    seen, stack = set(), list(starts)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(step(n))
+    return seen
+
+
 def program_order(graph: Graph) -> list[Node]:
     """The graph's nodes in the order its rank runs them here: as captured, except that an
     async receive (``irecv``, as the rank's events say: ir/events.py) and the local ops on
@@ -69,7 +80,6 @@ def program_order(graph: Graph) -> list[Node]:
 
     def emit(needed: set) -> None:
         """Run the held nodes `needed` reads, their held inputs, and the receives before them on their channels."""
-        from .localize import _reach  # (it imports this module)
         closure = _reach(needed, lambda x: [i for i in x.inputs if i in holding] + (
             [h for h in held[:held.index(x)] if _is_p2p(h) and h.args[1:3] == x.args[1:3]] if _is_p2p(x) else []))
         order.extend(h for h in held if h in closure)

@@ -12,6 +12,7 @@ import numpy as np
 from ..algebra.layout import Val, full, vec_array
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Node
+from ..relations.spec import Slices, chunk_bounds
 from .symbolic import SymbolicRun
 
 if TYPE_CHECKING:  # annotations only
@@ -200,3 +201,36 @@ def in_order(positions) -> bool:
     not a reordering)."""
     return positions is None or all(p is None or bool(np.all(np.diff(p) >= 0)) or len(np.unique(p)) < len(p)
                                     for p in positions)
+
+
+def reorders(node: Node, rel: Related, status: dict) -> bool:
+    """Whether `node` holds single-device elements out of their order along a dim while its
+    inputs hold theirs in order: a legitimate layout keeps pieces in order, so the op that
+    reorders (halves swapped, outputs crossed) is suspect -- it is where a violation shows
+    first when the reordered value is consumed as if it were in order."""
+    if rel.kind != "held" or in_order(rel.positions):
+        return False
+    return all(status.get(x) is None or status[x].kind != "held" or in_order(status[x].positions)
+               for x in node.inputs)
+
+
+def summarize(positions_by_rank: list[list], shape: tuple, world: int) -> str:
+    """Name the relation a set of per-rank positions forms (Replicate, Shard, Slices, ...)."""
+    if all(all(p is None for p in pos) for pos in positions_by_rank):
+        return "Replicate()"
+    dims = {d for pos in positions_by_rank for d, p in enumerate(pos) if p is not None}
+    if len(dims) == 1:
+        d = dims.pop()
+        ranges = {}
+        for r, pos in enumerate(positions_by_rank):
+            p = pos[d]
+            if p is None:
+                ranges[r] = (0, shape[d])
+            elif len(p) and np.array_equal(p, np.arange(p[0], p[0] + len(p))):
+                ranges[r] = (int(p[0]), int(p[0] + len(p)))
+            else:
+                return f"Gathered(dim={d})"
+        if all(ranges[r] == chunk_bounds(shape[d], world, r) for r in ranges):
+            return f"Shard({d})"
+        return str(Slices(d, ranges))
+    return "Gathered(" + ", ".join(f"dim={d}" for d in sorted(dims)) + ")"

@@ -24,9 +24,10 @@ from ..algebra.ranks import COMPLETES, combine
 from ..algebra.terms import TermStore
 from ..ir.graph import DistributedProgram, Graph, Node
 from ..relations.infer import InputRelation, relation_by_value
-from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Padded, Partial, Relation, RelationError, Shard, Slices,
-                              chunk_bounds, held, layout_index)
+from ..relations.spec import (DERIVED, Ignore, OutsideBlock, Padded, Partial, Relation, RelationError, Shard,
+                              held, layout_index)
 from .diagnose import _src
+from .induction import interpret_by_induction
 from .localize import _findings, _local_finding, _localize
 from .numeric import check_evaluable, evaluate
 from .assumptions import input_breaches
@@ -34,8 +35,9 @@ from .next_step import for_breach, for_op, for_unproved, unprinted_constants
 from .numeric import derive as derive_numeric
 from .positions import name_positions
 from .result import Finding, OutputCheck, Report
-from .status import VIEW_TERMS, Related, _diagonal, _status, _tensor_vals, in_order, positions_in
+from .status import VIEW_TERMS, Related, _diagonal, _status, _tensor_vals, in_order, positions_in, summarize
 from .symbolic import SymbolicRun, derive, interpret
+from .views import graph_views
 
 ASSUMPTIONS = [
     "real arithmetic: floating-point rounding and summation order are not modelled",
@@ -170,28 +172,6 @@ class Relater:
             if rel is not None:
                 return Related(rel.seq_node, None, op, kind="partial")
         return None
-
-
-def summarize(positions_by_rank: list[list], shape: tuple, world: int) -> str:
-    """Name the relation a set of per-rank positions forms (Replicate, Shard, Slices, ...)."""
-    if all(all(p is None for p in pos) for pos in positions_by_rank):
-        return "Replicate()"
-    dims = {d for pos in positions_by_rank for d, p in enumerate(pos) if p is not None}
-    if len(dims) == 1:
-        d = dims.pop()
-        ranges = {}
-        for r, pos in enumerate(positions_by_rank):
-            p = pos[d]
-            if p is None:
-                ranges[r] = (0, shape[d])
-            elif len(p) and np.array_equal(p, np.arange(p[0], p[0] + len(p))):
-                ranges[r] = (int(p[0]), int(p[0] + len(p)))
-            else:
-                return f"Gathered(dim={d})"
-        if all(ranges[r] == chunk_bounds(shape[d], world, r) for r in ranges):
-            return f"Shard({d})"
-        return str(Slices(d, ranges))
-    return "Gathered(" + ", ".join(f"dim={d}" for d in sorted(dims)) + ")"
 
 
 # ---------------------------------------------------------------- inputs
@@ -347,7 +327,6 @@ def verify_graphs(seq: Graph, dist: DistributedProgram, bindings: dict[str, Inpu
         for k, v in kw.items():
             setattr(report, k, v)
         if views:
-            from .views import graph_views
             report.graphs = graph_views(run, seq, dist, _status(run, relater, dist), report.findings)
         report.stats["seconds"] = round(time.perf_counter() - t0, 4)
         return report
@@ -409,7 +388,6 @@ def _interpret(seq: Graph, dist: DistributedProgram, bindings: dict, expect: dic
     generic microbatches concluded by induction (engine/induction.py) where that proves
     every output; otherwise (and with `views`) every node interpreted, so that findings and
     views never rest on a concluded state."""
-    from .induction import interpret_by_induction
     record = None
     if not views:
         terms = TermStore()

@@ -8,6 +8,7 @@ import numpy as np
 from ..algebra.layout import Val
 from ..ir.graph import DistributedProgram, Graph, Node
 from .result import Finding, GraphView, NodeView
+from .status import summarize
 
 
 def _span(p, size: int) -> str:
@@ -44,7 +45,6 @@ def _describe(rel) -> str:
 def _across_ranks(name: str, dist: DistributedProgram, status: list, by_name: list[dict]) -> str:
     """The relation the ranks' pieces of tensor `name` form together (Shard, Replicate, ...);
     `by_name` maps each rank's node names to its nodes."""
-    from .verify import summarize
     rels = [status[r].get(nodes[name]) if name in nodes else None for r, nodes in enumerate(by_name)]
     if any(rel is None or rel.kind != "held" or rel.positions is None for rel in rels):
         return ""

@@ -55,8 +55,8 @@ from ..engine.rng import RANDOM_OPS as RANDOM
 from ..ops.registry import lookup
 from ..ir.graph import DistributedProgram, Graph, Node, TensorType
 from .torch_exec_ops import COLLECTIVES, FRAMEWORK, HELD, LOW_PRECISION, PYTHON, XLA
-from .torch_chunks import ChunkRun, Lazy, peak_bytes, plan_chunks
-from .torch_stream import Spill, Spilled, held_as_declared, unspill
+from .torch_chunks import ChunkRun, Lazy, plan_chunks
+from .torch_stream import Spill, Spilled, estimate_bytes, held_as_declared, unspill
 
 __all__ = ["NotExecutable", "execute", "estimate_bytes", "draw_inputs", "draw_program_inputs"]
 
@@ -369,26 +369,6 @@ def execute(seq: Graph, dist: DistributedProgram, seq_inputs: dict[str, np.ndarr
 
 
 # ------------------------------------------------------------------ memory
-
-
-def estimate_bytes(seq: Graph, dist: DistributedProgram, stream: bool = False,
-                   chunks: bool = False) -> tuple[int, str, int]:
-    """(peak bytes an :func:`execute` run needs, the largest tensor's node name, its bytes).
-
-    Each graph's peak of live values (freed after their last use, float values at 8 bytes
-    per element -- 4 within :func:`~.torch_stream.held_as_declared` for f32; views counted
-    as copies, so an upper bound) -- the single-device graph alone, then every rank at its
-    peak at once (ranks run interleaved), or with `stream` the largest rank's alone (ranks
-    one at a time; a collective's operands not counted). With `chunks`, values computed a
-    chunk at a time count one chunk (:func:`.torch_chunks.peak_bytes`)."""
-    seq_peak, name, size = peak_bytes(seq, plan_chunks(seq) if chunks else None)
-    total = 0
-    for g in dist.graphs:
-        peak, n, s = peak_bytes(g, plan_chunks(g) if chunks else None)
-        total = max(total, peak) if stream else total + peak
-        if s > size:
-            name, size = n, s
-    return max(seq_peak, total), name, size
 
 
 # ------------------------------------------------------------------ inputs

@@ -20,7 +20,9 @@ import tempfile
 
 import torch
 
+from ..ir.graph import DistributedProgram, Graph
 from . import torch_exec_ops
+from .torch_chunks import peak_bytes, plan_chunks
 
 
 class Spilled:
@@ -96,6 +98,26 @@ def held_as_declared():
         torch_exec_ops.HELD.update(saved)
 
 
+def estimate_bytes(seq: Graph, dist: DistributedProgram, stream: bool = False,
+                   chunks: bool = False) -> tuple[int, str, int]:
+    """(peak bytes an :func:`execute` run needs, the largest tensor's node name, its bytes).
+
+    Each graph's peak of live values (freed after their last use, float values at 8 bytes
+    per element -- 4 within :func:`~.torch_stream.held_as_declared` for f32; views counted
+    as copies, so an upper bound) -- the single-device graph alone, then every rank at its
+    peak at once (ranks run interleaved), or with `stream` the largest rank's alone (ranks
+    one at a time; a collective's operands not counted). With `chunks`, values computed a
+    chunk at a time count one chunk (:func:`.torch_chunks.peak_bytes`)."""
+    seq_peak, name, size = peak_bytes(seq, plan_chunks(seq) if chunks else None)
+    total = 0
+    for g in dist.graphs:
+        peak, n, s = peak_bytes(g, plan_chunks(g) if chunks else None)
+        total = max(total, peak) if stream else total + peak
+        if s > size:
+            name, size = n, s
+    return max(seq_peak, total), name, size
+
+
 def fitting(seq, dist, limit: int) -> tuple[int, str, int, dict | None]:
     """The cheapest way to run the programs within `limit` bytes: (the estimated peak, the
     largest tensor's node, its bytes, the :func:`~.torch_exec.execute` options, or None
@@ -103,7 +125,6 @@ def fitting(seq, dist, limit: int) -> tuple[int, str, int, dict | None]:
     time; floats held as declared, interleaved; the same, ranks one at a time; the last two
     with the largest values computed a chunk at a time (:mod:`.torch_chunks`: they recompute
     what several sinks read, so they come last)."""
-    from .torch_exec import estimate_bytes
     need = None
     for options in ({}, {"stream": True}, {"precision": "declared"}, {"stream": True, "precision": "declared"},
                     {"precision": "declared", "chunks": True}, {"stream": True, "precision": "declared", "chunks": True}):
