@@ -61,19 +61,31 @@ among all outputs and floating-point inputs of the value set (not
 indices, whose magnitude is no scale)."""
 
 
+def finite_magnitude(values) -> float:
+    """The largest magnitude among the finite elements of `values` (0.0 when none is): an
+    infinity is no scale -- taken as one, every finite difference would pass, and so would
+    +inf against -inf."""
+    a = np.abs(np.asarray(values, dtype=np.float64))
+    a = a[np.isfinite(a)]
+    return float(a.max()) if a.size else 0.0
+
+
 def closeness(rtol: float, floor: float = 0.0):
-    """``close(got, want)``: same shape, NaN where the other is NaN, and every element within
-    `rtol` times `want`'s largest magnitude (at least `floor`)."""
+    """``close(got, want)``: same shape, NaN where the other is NaN, the same infinity (sign
+    included: ``1/-0.0`` is not ``1/+0.0``) where the other is infinite, and every finite
+    element within `rtol` times `want`'s largest finite magnitude (at least `floor`)."""
     def close(got, want) -> bool:
         got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
         if got.shape != want.shape:
             return False
-        nan = np.isnan(got) | np.isnan(want)
         if not np.array_equal(np.isnan(got), np.isnan(want)):
             return False
-        finite = want[~nan]
-        scale = max(float(np.abs(finite).max()) if finite.size else 0.0, floor)
-        return bool(np.all(np.abs(got[~nan] - want[~nan]) <= rtol * scale))
+        inf = np.isinf(got) | np.isinf(want)
+        if not np.array_equal(got[inf], want[inf]):
+            return False
+        rest = ~(np.isnan(want) | inf)
+        scale = max(finite_magnitude(want), floor)
+        return bool(np.all(np.abs(got[rest] - want[rest]) <= rtol * scale))
     return close
 
 
@@ -133,9 +145,9 @@ def _proved(check: OutputCheck):
 
 def differing_output(seq: Graph, dist: DistributedProgram, checks: list[OutputCheck], run: Execution) -> Optional[str]:
     """The first proved output whose executed values break its proved relation, in words."""
-    magnitudes = [np.abs(np.asarray(v, dtype=np.float64)) for v in list(run.seq_outputs.values())
-                  + [x for x in run.seq_inputs.values() if np.issubdtype(np.asarray(x).dtype, np.floating)]]
-    floor = FLOOR * max((float(np.nanmax(m)) for m in magnitudes if m.size and np.isfinite(m).any()), default=0.0)
+    floor = FLOOR * max((finite_magnitude(v) for v in list(run.seq_outputs.values())
+                         + [x for x in run.seq_inputs.values() if np.issubdtype(np.asarray(x).dtype, np.floating)]),
+                        default=0.0)
     for check in checks:
         if check.holds is None:
             continue
@@ -162,7 +174,7 @@ def _values_found(run: Execution, name: str, rtol: float, floor: float) -> bool:
     whole = np.sort(np.asarray(run.seq_outputs[name], dtype=np.float64).ravel())
     if not whole.size:
         return all(not np.size(o[name]) for o in run.rank_outputs)
-    tol = rtol * max(float(np.abs(whole).max()), floor)
+    tol = rtol * max(finite_magnitude(whole), floor)
     for out in run.rank_outputs:
         piece = np.asarray(out[name], dtype=np.float64).ravel()
         at = np.clip(np.searchsorted(whole, piece), 1, max(whole.size - 1, 1))
