@@ -56,9 +56,9 @@ def tolerance(dtype: Optional[str]) -> float:
 FLOOR = 1e-3
 """Where an output is (nearly) zero in exact arithmetic (a bias gradient softmax cancels,
 the input gradient of a layer norm over two elements), its rounding noise follows the
-computation's scale: the tolerance never drops below FLOOR times the largest magnitude
-among all outputs and floating-point inputs of the value set (not
-indices, whose magnitude is no scale)."""
+computation's scale: the tolerance never drops below FLOOR times the largest finite magnitude
+of the output and of the floating-point inputs the single-device program computes it from
+(not indices, whose magnitude is no scale; not other outputs nor unrelated inputs)."""
 
 
 def finite_magnitude(values) -> float:
@@ -145,15 +145,14 @@ def _proved(check: OutputCheck):
 
 def differing_output(seq: Graph, dist: DistributedProgram, checks: list[OutputCheck], run: Execution) -> Optional[str]:
     """The first proved output whose executed values break its proved relation, in words."""
-    floor = FLOOR * max((finite_magnitude(v) for v in list(run.seq_outputs.values())
-                         + [x for x in run.seq_inputs.values() if np.issubdtype(np.asarray(x).dtype, np.floating)]),
-                        default=0.0)
+    scales = input_scales(seq, run.seq_inputs)
     for check in checks:
         if check.holds is None:
             continue
         name = check.name
         if name not in run.seq_outputs:
             return f"output {name}: the single-device program did not return it when run"
+        floor = _floor(seq, name, run, scales)
         missing = [r for r, out in enumerate(run.rank_outputs) if name not in out]
         if missing:
             return f"output {name}: rank {missing[0]} did not return it when run"
@@ -165,6 +164,36 @@ def differing_output(seq: Graph, dist: DistributedProgram, checks: list[OutputCh
                 rel is not None or not _values_found(run, name, rtol, floor)):
             return f"output {name} (proved {check.holds}) differs on {run.label}{_gap(run, name)}"
     return None
+
+
+def _floating_magnitude(x) -> float:
+    return finite_magnitude(x) if x is not None and np.issubdtype(np.asarray(x).dtype, np.floating) else 0.0
+
+
+def input_scales(seq: Graph, seq_inputs: dict) -> dict:
+    """Node name -> the largest finite magnitude among the floating-point inputs the node is
+    computed from (one pass over the graph, in its topological order); a value set's input
+    that is no input node of the graph (named otherwise) counts for every node."""
+    named = {n.name for n in seq.inputs}
+    unplaced = max((_floating_magnitude(x) for k, x in seq_inputs.items() if k not in named), default=0.0)
+    scale: dict = {}
+    for n in seq.nodes:
+        if n.op == "input":
+            scale[n.name] = max(_floating_magnitude(seq_inputs.get(n.name)), unplaced)
+        else:
+            scale[n.name] = max((scale.get(i.name, unplaced) for i in n.inputs), default=unplaced)
+    return scale
+
+
+def _floor(seq: Graph, name: str, run: Execution, scales: dict) -> float:
+    """FLOOR times the scale of the single-device computation of output `name`: its own largest
+    finite magnitude and that of the floating-point inputs it is computed from -- never
+    another output's or an unrelated input's (a large one would widen every output's
+    tolerance: partial sums offset by a large input c before the all-reduce and c subtracted
+    after lose every digit of float32, yet passed; the single device never adds c)."""
+    node = seq.outputs.get(name)
+    used = scales.get(node.name, 0.0) if node is not None else max(scales.values(), default=0.0)
+    return FLOOR * max(finite_magnitude(run.seq_outputs[name]), used)
 
 
 def _values_found(run: Execution, name: str, rtol: float, floor: float) -> bool:
