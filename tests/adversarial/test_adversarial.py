@@ -19,7 +19,9 @@ from gloo_run import gloo_outcome, load, pair_files  # noqa: E402
 from shardproof.api import verify_case  # noqa: E402
 
 # pair -> the defect class shardproof still gets wrong on it (a strict xfail: empty when none is open)
-FAILING: dict[str, str] = {}
+FAILING: dict[str, str] = {
+    "cancel_big_row": "confirm: float32 digits lost within the tolerance of the output's largest magnitude",
+}
 
 
 def _name(path):

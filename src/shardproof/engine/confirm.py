@@ -56,24 +56,36 @@ def tolerance(dtype: Optional[str]) -> float:
 FLOOR = 1e-3
 """Where an output is (nearly) zero in exact arithmetic (a bias gradient softmax cancels,
 the input gradient of a layer norm over two elements), its rounding noise follows the
-computation's scale: the tolerance never drops below FLOOR times the largest magnitude
-among all outputs and floating-point inputs of the value set (not
-indices, whose magnitude is no scale)."""
+computation's scale: the tolerance never drops below FLOOR times the largest finite magnitude
+of the output and of the floating-point inputs the single-device program computes it from
+(not indices, whose magnitude is no scale; not other outputs nor unrelated inputs)."""
+
+
+def finite_magnitude(values) -> float:
+    """The largest magnitude among the finite elements of `values` (0.0 when none is): an
+    infinity is no scale -- taken as one, every finite difference would pass, and so would
+    +inf against -inf."""
+    a = np.abs(np.asarray(values, dtype=np.float64))
+    a = a[np.isfinite(a)]
+    return float(a.max()) if a.size else 0.0
 
 
 def closeness(rtol: float, floor: float = 0.0):
-    """``close(got, want)``: same shape, NaN where the other is NaN, and every element within
-    `rtol` times `want`'s largest magnitude (at least `floor`)."""
+    """``close(got, want)``: same shape, NaN where the other is NaN, the same infinity (sign
+    included: ``1/-0.0`` is not ``1/+0.0``) where the other is infinite, and every finite
+    element within `rtol` times `want`'s largest finite magnitude (at least `floor`)."""
     def close(got, want) -> bool:
         got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
         if got.shape != want.shape:
             return False
-        nan = np.isnan(got) | np.isnan(want)
         if not np.array_equal(np.isnan(got), np.isnan(want)):
             return False
-        finite = want[~nan]
-        scale = max(float(np.abs(finite).max()) if finite.size else 0.0, floor)
-        return bool(np.all(np.abs(got[~nan] - want[~nan]) <= rtol * scale))
+        inf = np.isinf(got) | np.isinf(want)
+        if not np.array_equal(got[inf], want[inf]):
+            return False
+        rest = ~(np.isnan(want) | inf)
+        scale = max(finite_magnitude(want), floor)
+        return bool(np.all(np.abs(got[rest] - want[rest]) <= rtol * scale))
     return close
 
 
@@ -133,15 +145,14 @@ def _proved(check: OutputCheck):
 
 def differing_output(seq: Graph, dist: DistributedProgram, checks: list[OutputCheck], run: Execution) -> Optional[str]:
     """The first proved output whose executed values break its proved relation, in words."""
-    magnitudes = [np.abs(np.asarray(v, dtype=np.float64)) for v in list(run.seq_outputs.values())
-                  + [x for x in run.seq_inputs.values() if np.issubdtype(np.asarray(x).dtype, np.floating)]]
-    floor = FLOOR * max((float(np.nanmax(m)) for m in magnitudes if m.size and np.isfinite(m).any()), default=0.0)
+    scales = input_scales(seq, run.seq_inputs)
     for check in checks:
         if check.holds is None:
             continue
         name = check.name
         if name not in run.seq_outputs:
             return f"output {name}: the single-device program did not return it when run"
+        floor = _floor(seq, name, run, scales)
         missing = [r for r, out in enumerate(run.rank_outputs) if name not in out]
         if missing:
             return f"output {name}: rank {missing[0]} did not return it when run"
@@ -155,6 +166,36 @@ def differing_output(seq: Graph, dist: DistributedProgram, checks: list[OutputCh
     return None
 
 
+def _floating_magnitude(x) -> float:
+    return finite_magnitude(x) if x is not None and np.issubdtype(np.asarray(x).dtype, np.floating) else 0.0
+
+
+def input_scales(seq: Graph, seq_inputs: dict) -> dict:
+    """Node name -> the largest finite magnitude among the floating-point inputs the node is
+    computed from (one pass over the graph, in its topological order); a value set's input
+    that is no input node of the graph (named otherwise) counts for every node."""
+    named = {n.name for n in seq.inputs}
+    unplaced = max((_floating_magnitude(x) for k, x in seq_inputs.items() if k not in named), default=0.0)
+    scale: dict = {}
+    for n in seq.nodes:
+        if n.op == "input":
+            scale[n.name] = max(_floating_magnitude(seq_inputs.get(n.name)), unplaced)
+        else:
+            scale[n.name] = max((scale.get(i.name, unplaced) for i in n.inputs), default=unplaced)
+    return scale
+
+
+def _floor(seq: Graph, name: str, run: Execution, scales: dict) -> float:
+    """FLOOR times the scale of the single-device computation of output `name`: its own largest
+    finite magnitude and that of the floating-point inputs it is computed from -- never
+    another output's or an unrelated input's (a large one would widen every output's
+    tolerance: partial sums offset by a large input c before the all-reduce and c subtracted
+    after lose every digit of float32, yet passed; the single device never adds c)."""
+    node = seq.outputs.get(name)
+    used = scales.get(node.name, 0.0) if node is not None else max(scales.values(), default=0.0)
+    return FLOOR * max(finite_magnitude(run.seq_outputs[name]), used)
+
+
 def _values_found(run: Execution, name: str, rtol: float, floor: float) -> bool:
     """For a layout the proof names only by positions (``Gathered``), whose by-value search
     is exact: every value each rank holds is, within the tolerance, a value of the
@@ -162,7 +203,7 @@ def _values_found(run: Execution, name: str, rtol: float, floor: float) -> bool:
     whole = np.sort(np.asarray(run.seq_outputs[name], dtype=np.float64).ravel())
     if not whole.size:
         return all(not np.size(o[name]) for o in run.rank_outputs)
-    tol = rtol * max(float(np.abs(whole).max()), floor)
+    tol = rtol * max(finite_magnitude(whole), floor)
     for out in run.rank_outputs:
         piece = np.asarray(out[name], dtype=np.float64).ravel()
         at = np.clip(np.searchsorted(whole, piece), 1, max(whole.size - 1, 1))

@@ -1,0 +1,19 @@
+"""bug: t + 0.0 turns -0.0 into +0.0: the reciprocal flips from -inf to +inf."""
+import torch
+from adv import fn_case
+
+
+LABEL, CLASS = "bug", "casts"
+
+
+def single(x, m):
+    return 1.0 / (-(x * m))
+
+
+def distributed(rank, world, x, m):
+    return 1.0 / (-(x * m) + 0.0)
+
+
+def case(world_size=2):
+    m = (torch.arange(32).reshape(8, 4) % 3 != 0).float()
+    return fn_case(single, distributed, {"x": torch.rand(8, 4) + 1, "m": m}, shard={"x": 0, "m": 0}, expect="Shard(0)")
