@@ -17,13 +17,16 @@ Stages (each states what it proved where; see ``report.plan``):
    and microbatches** (every rank: rank classes, derived microbatch loops) at the **reduced
    widths** with `step_layers` layers, proved by the engine; confirmed by execution on gloo at
    the plan's world, or at dp `confirm_dp` where the plan's world is too many processes.
-3. ``tail`` (when `tail_dp`): the training step with **all** `layers` layers at dp `tail_dp`, tp
-   and microbatches of the plan, reduced widths, by ``step_blocks.verify_step`` (each distinct
-   layer one proved contract, every parameter's update one opaque call proved once per class:
-   every layer's parameters reduced, clipped and updated); proved at dp `tail_dp`, not the
-   plan's dp (said in its ``proved``); confirmed on gloo at dp `tail_dp`. Where the contracts do
-   not prove the tail, ``verify_step`` falls back to the full trace (``report.blocks["fallback"]``;
-   the stage's ``machinery`` then has no ``update_classes``).
+3. ``tail`` (when `tail_dp`): the training step with **all** `layers` layers at dp `tail_dp`,
+   the plan's tp and `tail_microbatches` microbatches (default the plan's), reduced widths, by
+   ``step_blocks.verify_step`` (each distinct layer one proved contract, every parameter's
+   update one opaque call proved once per class: every layer's parameters reduced, clipped and
+   updated); proved at dp `tail_dp` (and M `tail_microbatches`), not the plan's (said in its
+   ``proved``); confirmed on gloo at dp `tail_dp`, with `tail_confirm_layers` layers where set
+   (the same proof repeated for that shorter step first: said in ``confirmed``, in the
+   confirmation's detail and in ``not_covered``). Where the contracts do not prove the tail,
+   ``verify_step`` falls back to the full trace (``report.blocks["fallback"]``; the stage's
+   ``machinery`` then has no ``update_classes``).
 
 Bugs (``bug``, ``where``): ``layer`` (layer `where`'s MLP output never all-reduced over tp: in
 stage 1, at the real sizes), ``tail`` (layer `where`'s parameter gradients never all-reduced
