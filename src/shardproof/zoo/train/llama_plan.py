@@ -67,7 +67,8 @@ class PlanSpec:
     step_layers: int = 1
     confirm_dp: int | None = 2  # the step executed on gloo at this dp (None: at the plan's dp)
     tail_dp: int | None = None  # stage tail: the step with all `layers` layers at this dp (None: no such stage;
-    # at 126 layers dp2 it used > 259 CPU s unfinished: over the plan's budget, so off by default)
+    # at 126 layers dp2 it used > 259 CPU s unfinished (M16), > 280 CPU s and ~9.8 GB with M2 and its confirmation
+    # at 2 layers (bench/README.md section 15): over the plan's budget, so off by default)
     tail_microbatches: int | None = None  # stage tail's microbatches (None: the plan's)
     tail_confirm_layers: int | None = None  # stage tail executed on gloo with this many layers (None: all)
     rows: int = 1
