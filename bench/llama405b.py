@@ -111,7 +111,7 @@ def main() -> None:
     ap.add_argument("--e2e", action="store_true", help="the whole plan as one verification (stages)")
     ap.add_argument("--confirm-dp", type=int, default=2, help="--e2e: the dp the step is executed at on gloo")
     ap.add_argument("--tail-dp", type=int, default=0, help="--e2e: stage tail's dp (0: no stage tail; at 126 "
-                    "layers, M2, confirmed with 2 layers, it used > 280 CPU s and ~9.8 GB: over the budget, "
+                    "layers, M2, confirmed with 2 layers, it used 313 CPU s and 9.65 GB: over the budget, "
                     "bench/README.md section 15)")
     ap.add_argument("--tail-m", type=int, default=P.PlanSpec.tail_microbatches or 0,
                     help="--e2e: stage tail's microbatches (0: the plan's)")

@@ -67,10 +67,10 @@ class PlanSpec:
     step_layers: int = 1
     confirm_dp: int | None = 2  # the step executed on gloo at this dp (None: at the plan's dp)
     tail_dp: int | None = None  # stage tail: the step with all `layers` layers at this dp (None: no such stage;
-    # at 126 layers dp2 it used > 259 CPU s unfinished (M16), > 280 CPU s and ~9.8 GB with M2 and its confirmation
-    # at 2 layers (bench/README.md section 15): over the plan's budget, so off by default)
-    tail_microbatches: int | None = None  # stage tail's microbatches (None: the plan's)
-    tail_confirm_layers: int | None = None  # stage tail executed on gloo with this many layers (None: all)
+    # at 126 layers, dp2 M2, confirmed with 2 layers: 313 CPU s, 9.65 GB (bench/README.md section 15); with the
+    # other stages' 278 CPU s over the plan's 8-min budget, so off by default)
+    tail_microbatches: int | None = 2  # stage tail's microbatches (None: the plan's; M16 cost 5.4 CPU s a layer)
+    tail_confirm_layers: int | None = 2  # stage tail executed on gloo with this many layers (None: all)
     rows: int = 1
     name: str = "llama405b-like plan"
 
