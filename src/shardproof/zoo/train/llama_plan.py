@@ -129,8 +129,8 @@ def tail_stage(spec: PlanSpec, bug: str | None = None, where: int | None = None)
     small = tail_case(spec, spec.tail_dp, bug, where, layers=few) if few and few < spec.layers else None
     report = step_stage(case, small, confirm_draws=0, verify=lambda c, draws: verify_step(c, confirm_draws=draws))
     if report.confirmation is not None:  # the world it ran at is not the plan's: said
-        report.confirmation = replace(report.confirmation, detail=f"{report.confirmation.detail or ''}; the "
-                                      f"plan's world is {spec.dp * spec.tp}".lstrip("; "))
+        ran = report.confirmation.detail if small else f"at world {case.world_size} ({case.name})"
+        report.confirmation = replace(report.confirmation, detail=f"{ran}; the plan's world is {spec.dp * spec.tp}")
     return report
 
 
