@@ -82,7 +82,8 @@ def step(timeout: int):
 
 def e2e(args) -> None:
     """The whole plan as one verification (module docstring, ``--e2e``)."""
-    spec = P.PlanSpec(layers=args.layers, seq=args.seq, confirm_dp=args.confirm_dp, tail_dp=args.tail_dp or None)
+    spec = P.PlanSpec(layers=args.layers, seq=args.seq, confirm_dp=args.confirm_dp, tail_dp=args.tail_dp or None,
+                      tail_microbatches=args.tail_m or None, tail_confirm_layers=args.tail_confirm_layers or None)
     t0 = time.perf_counter()
 
     def show(s):
@@ -110,7 +111,12 @@ def main() -> None:
     ap.add_argument("--e2e", action="store_true", help="the whole plan as one verification (stages)")
     ap.add_argument("--confirm-dp", type=int, default=2, help="--e2e: the dp the step is executed at on gloo")
     ap.add_argument("--tail-dp", type=int, default=0, help="--e2e: stage tail's dp (0: no stage tail; at 126 "
-                    "layers it costs > 259 CPU s, over the 10-min budget)")
+                    "layers, M2, confirmed with 2 layers, it used 313 CPU s and 9.65 GB: over the budget, "
+                    "bench/README.md section 15)")
+    ap.add_argument("--tail-m", type=int, default=P.PlanSpec.tail_microbatches or 0,
+                    help="--e2e: stage tail's microbatches (0: the plan's)")
+    ap.add_argument("--tail-confirm-layers", type=int, default=P.PlanSpec.tail_confirm_layers or 0,
+                    help="--e2e: stage tail executed on gloo with this many layers (0: all)")
     ap.add_argument("--json", help="--e2e: write the report here")
     args = ap.parse_args()
     torch.set_num_threads(1)

@@ -52,11 +52,11 @@ def test_labels_on_gloo():
     assert not tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_step_dp_rank_bug.py"), 8, SPEC.tp)
     assert tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_tail.py"), 4, SPEC.tp)  # stage tail's step
     assert not tp_gradients_agree(os.path.join(HERE, "cases", "plan_small_tail_bug3.py"), 4, SPEC.tp)
-    runs = run_on_gloo(STACK, [{"n_layers": SPEC.layers}, {"n_layers": SPEC.layers, "buggy_layer": 2}], SPEC.tp,
-                       seed=None)
+    runs = run_on_gloo(STACK, [{"n_layers": SPEC.layers}, {"n_layers": SPEC.layers, "buggy_layer": 2},
+                               {"n_layers": 12, "buggy_layer": 9}], SPEC.tp, seed=None)  # the longer stack's bug too
     worst = [max(float((r[k].double() - single[k].double()).abs().max()) for r in ranks for k in ("y", "grad_x"))
              for single, ranks in runs]
-    assert worst[0] < 1e-5 and worst[1] > 1e-3, worst
+    assert worst[0] < 1e-5 and worst[1] > 1e-3 and worst[2] > 1e-3, worst
 
 
 @pytest.mark.slow  # the plan's two stages: ~20-40 s CPU (gloo processes included)
@@ -73,7 +73,8 @@ def test_plan_verified_end_to_end(correct):
     assert "dp2 tp2 M4" in step["confirmed"] and "not the plan's 8" in step["confirmed"]  # said, not hidden
     # the plan's report is its last stage's (tail, at dp2): its confirmation says the world it ran at
     assert correct.plan["decided_by"] == "tail" and correct.confirmation.by == "gloo"
-    assert correct.confirmation.detail.startswith("at world 4") and "plan's world is 8" in correct.confirmation.detail
+    detail = correct.confirmation.detail
+    assert detail.startswith("at world 4 (llama_step_N2_") and "N4_dp2" in detail and "plan's world is 8" in detail
     assert correct.world_size == 8 and correct.plan["not_covered"]
     # the step's proof covered every rank and every parameter's update
     assert {c["representative"] for c in correct.rank_classes} and all(p["updated"] for p in correct.parameters)
@@ -81,7 +82,8 @@ def test_plan_verified_end_to_end(correct):
     # the step's proof: one rank class per tp rank, the dp members derived
     assert step["machinery"]["ranks"] == 8 and 0 < step["machinery"]["rank_classes"] < 8
     # stage tail: every layer's parameters updated through the proved update classes, at dp2 (said)
-    assert tail["proved"].startswith("dp2 tp2 M4 (not the plan's dp4)") and tail["layers"] == SPEC.layers
+    assert tail["proved"].startswith("dp2 tp2 M2 (not the plan's dp4 M4)") and tail["layers"] == SPEC.layers
+    assert "all 4 layers" in tail["proved"] and "with 2 of the 4 layers" in tail["confirmed"]  # executed: said
     # 9 parameters per layer in 5 classes: norms; wq; wk, wv, w1, w3 (16 x 32, Shard(0)); wo; w2
     assert tail["machinery"]["updated_parameters"] == 9 * SPEC.layers and tail["machinery"]["update_classes"] == 5
     validate_report_json(correct.to_json())  # report.plan is in the schema
@@ -94,6 +96,18 @@ def test_bug_in_one_layer_located():
     assert report.findings and all(f.layer == 2 for f in report.findings)
     assert report.blocks["layers"] == [0, 0, 1, 0]  # layer 2 is a class of its own
     assert report.plan["stages"][1]["status"] == "not run"
+
+
+def test_bug_in_a_later_layer_of_a_longer_stack_located():
+    """One changed layer among many (the 405B plan's layer 77 of 126, at small sizes: layer 9 of
+    12): the real-size screening keeps it a class of its own; the violation names that layer."""
+    from dataclasses import replace
+    spec = replace(SPEC, layers=12)
+    report = P.verify_llama_plan(spec, bug="layer", where=9)
+    assert report.status == "violation" and report.plan["decided_by"] == "layers"
+    assert report.findings and all(f.layer == 9 for f in report.findings)
+    assert report.blocks["layers"] == [0] * 9 + [1, 0, 0]  # 2 distinct blocks: the changed one proved on its own
+    assert [s["status"] for s in report.plan["stages"]][1:] == ["not run", "not run"]
 
 
 def _found_by_the_step(layers, bug, where):

@@ -137,24 +137,33 @@ def _strength_rank(strength: str) -> int:
     return _STRENGTHS.index(strength) if strength in _STRENGTHS else len(_STRENGTHS)
 
 
-def step_stage(case, confirm_case=None, confirm_draws: int | None = None) -> Report:
-    """The training step of `case` at its own world, proved by the engine (rank classes and
-    derived microbatch loops as ``prepare`` builds them). Confirmed by execution on gloo at
-    the same world when `confirm_case` is None; else the proof stays unconfirmed at this world
-    and `confirm_case` (the same step at a smaller dp) is verified and executed instead: the
-    step's verdict is then ``verified`` only if both hold, and the confirmation's detail
-    names the world it ran at."""
-    from .api import NO_CONFIRM, prepare, verify_prepared
-    report = verify_prepared(prepare(case, case.world_size),
-                             confirm_draws=NO_CONFIRM if confirm_case else confirm_draws, fixes=False)
+def _traced(case, confirm_draws):
+    """The whole program traced and proved by the engine (``prepare`` + ``verify_prepared``)."""
+    from .api import prepare, verify_prepared
+    return verify_prepared(prepare(case, case.world_size), confirm_draws=confirm_draws, fixes=False)
+
+
+def step_stage(case, confirm_case=None, confirm_draws: int | None = None,
+               verify: Callable | None = None) -> Report:
+    """The training step of `case` at its own world, proved by `verify(case, confirm_draws)`
+    (default: the engine on the whole trace, rank classes and derived microbatch loops as
+    ``prepare`` builds them; e.g. ``step_blocks.verify_step``). Confirmed by execution on gloo
+    at the same world when `confirm_case` is None; else the proof stays unconfirmed at this
+    world and `confirm_case` (the same step at a smaller dp, or with fewer layers) is verified
+    the same way and executed instead: the step's verdict is then ``verified`` only if both
+    hold, and the confirmation's detail names the program it ran."""
+    from .api import NO_CONFIRM
+    verify = verify or _traced
+    report = verify(case, NO_CONFIRM if confirm_case else confirm_draws)
     if confirm_case is None or report.status == "violation" or not (report.reason or "").startswith(
             "proved, but not confirmed"):
         return report
-    small = verify_prepared(prepare(confirm_case, confirm_case.world_size), confirm_draws=confirm_draws, fixes=False)
+    small = verify(confirm_case, confirm_draws)
     where = f"at world {confirm_case.world_size} ({confirm_case.name})"
     if small.status != "verified":
         return replace(small, reason=f"proved at world {case.world_size}; at world {confirm_case.world_size}: "
                                      f"{small.status}" + (f": {small.reason}" if small.reason else ""))
-    detail = f"{where}; the proof ran at world {case.world_size}"
+    detail = f"{where}; the proof ran at world {case.world_size}" + (
+        f" ({case.name})" if case.name != confirm_case.name else "")
     return replace(report, status="verified", reason="", strength=small.strength,
                    confirmation=replace(small.confirmation, detail=detail))

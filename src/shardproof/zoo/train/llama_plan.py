@@ -17,13 +17,16 @@ Stages (each states what it proved where; see ``report.plan``):
    and microbatches** (every rank: rank classes, derived microbatch loops) at the **reduced
    widths** with `step_layers` layers, proved by the engine; confirmed by execution on gloo at
    the plan's world, or at dp `confirm_dp` where the plan's world is too many processes.
-3. ``tail`` (when `tail_dp`): the training step with **all** `layers` layers at dp `tail_dp`, tp
-   and microbatches of the plan, reduced widths, by ``step_blocks.verify_step`` (each distinct
-   layer one proved contract, every parameter's update one opaque call proved once per class:
-   every layer's parameters reduced, clipped and updated); proved at dp `tail_dp`, not the
-   plan's dp (said in its ``proved``); confirmed on gloo at dp `tail_dp`. Where the contracts do
-   not prove the tail, ``verify_step`` falls back to the full trace (``report.blocks["fallback"]``;
-   the stage's ``machinery`` then has no ``update_classes``).
+3. ``tail`` (when `tail_dp`): the training step with **all** `layers` layers at dp `tail_dp`,
+   the plan's tp and `tail_microbatches` microbatches (default the plan's), reduced widths, by
+   ``step_blocks.verify_step`` (each distinct layer one proved contract, every parameter's
+   update one opaque call proved once per class: every layer's parameters reduced, clipped and
+   updated); proved at dp `tail_dp` (and M `tail_microbatches`), not the plan's (said in its
+   ``proved``); confirmed on gloo at dp `tail_dp`, with `tail_confirm_layers` layers where set
+   (the same proof repeated for that shorter step first: said in ``confirmed``, in the
+   confirmation's detail and in ``not_covered``). Where the contracts do not prove the tail,
+   ``verify_step`` falls back to the full trace (``report.blocks["fallback"]``; the stage's
+   ``machinery`` then has no ``update_classes``).
 
 Bugs (``bug``, ``where``): ``layer`` (layer `where`'s MLP output never all-reduced over tp: in
 stage 1, at the real sizes), ``tail`` (layer `where`'s parameter gradients never all-reduced
@@ -64,9 +67,16 @@ class PlanSpec:
     step_layers: int = 1
     confirm_dp: int | None = 2  # the step executed on gloo at this dp (None: at the plan's dp)
     tail_dp: int | None = None  # stage tail: the step with all `layers` layers at this dp (None: no such stage;
-    # at 126 layers dp2 it used > 259 CPU s unfinished: over the plan's budget, so off by default)
+    # at 126 layers, dp2 M2, confirmed with 2 layers: 313 CPU s, 9.65 GB (bench/README.md section 15); with the
+    # other stages' 278 CPU s over the plan's 8-min budget, so off by default)
+    tail_microbatches: int | None = 2  # stage tail's microbatches (None: the plan's; M16 cost 5.4 CPU s a layer)
+    tail_confirm_layers: int | None = 2  # stage tail executed on gloo with this many layers (None: all)
     rows: int = 1
     name: str = "llama405b-like plan"
+
+    @property
+    def tail_m(self) -> int:
+        return self.tail_microbatches or self.microbatches
 
     def describe(self, sizes: dict, seq: int) -> str:
         return (f"hidden {sizes['hidden']}, {sizes['heads']} heads, {sizes['kv_heads']} KV heads, ffn {sizes['ffn']}, "
@@ -75,7 +85,7 @@ class PlanSpec:
 
 SMALL = PlanSpec(layers=4, dp=4, tp=2, microbatches=4, real=dict(hidden=128, heads=8, kv_heads=4, ffn=256), seq=16,
                  rope=64, reduced=dict(hidden=32, heads=8, kv_heads=4, ffn=16), step_layers=1, confirm_dp=2,
-                 tail_dp=2, name="small llama plan")
+                 tail_dp=2, tail_microbatches=2, tail_confirm_layers=2, name="small llama plan")
 """The same composition at small sizes (tests): 4 layers, dp4 tp2 M4, real-like head dim 16."""
 
 
@@ -105,24 +115,33 @@ def step_case(spec: PlanSpec, dp: int, bug: str | None = None, where: int | None
 
 
 def tail_stage(spec: PlanSpec, bug: str | None = None, where: int | None = None):
-    """Stage 3's report: the step with all the plan's layers at dp `tail_dp`, by step contracts
-    (``step_blocks.verify_step``: each distinct layer one proved contract, every parameter's
-    update one opaque call proved once per class), confirmed by running the real step on gloo."""
+    """Stage 3's report: the step with all the plan's layers at dp `tail_dp` and `tail_m`
+    microbatches, by step contracts (``step_blocks.verify_step``: each distinct layer one proved
+    contract, every parameter's update one opaque call proved once per class). Confirmed by
+    running the real step on gloo: the same step when `tail_confirm_layers` is None, else (the
+    proof left unconfirmed) the same step with that many layers, verified the same way and
+    executed (``plan_e2e.step_stage``; the detail names both programs)."""
     from dataclasses import replace
+    from shardproof.plan_e2e import step_stage
     from shardproof.step_blocks import verify_step
     case = tail_case(spec, spec.tail_dp, bug, where)
-    report = verify_step(case, confirm_draws=0)
+    few = spec.tail_confirm_layers
+    small = tail_case(spec, spec.tail_dp, bug, where, layers=few) if few and few < spec.layers else None
+    report = step_stage(case, small, confirm_draws=0, verify=lambda c, draws: verify_step(c, confirm_draws=draws))
     if report.confirmation is not None:  # the world it ran at is not the plan's: said
-        report.confirmation = replace(report.confirmation, detail=f"at world {case.world_size} ({case.name}); the "
-                                      f"plan's world is {spec.dp * spec.tp}")
+        ran = report.confirmation.detail if small else f"at world {case.world_size} ({case.name})"
+        report.confirmation = replace(report.confirmation, detail=f"{ran}; the plan's world is {spec.dp * spec.tp}")
     return report
 
 
-def tail_case(spec: PlanSpec, dp: int, bug: str | None = None, where: int | None = None):
-    """The step of stage tail: all `spec.layers` layers, at dp `dp` (a dp-rank bug beyond it: none)."""
+def tail_case(spec: PlanSpec, dp: int, bug: str | None = None, where: int | None = None, layers: int | None = None):
+    """The step of stage tail: `layers` (default all `spec.layers`) layers, at dp `dp` and
+    `tail_m` microbatches (a dp-rank bug beyond `dp`, or a layer bug beyond `layers`: none)."""
     kind = {"tail": "no-dp-reduce", "dp-rank": "dp-rank-loss"}.get(bug)
-    return llama_step.step_case(spec.layers, dp, spec.tp, spec.microbatches,
-                                buggy_layer=where if kind and (bug != "dp-rank" or where < dp) else None,
+    layers = layers or spec.layers
+    inside = where is not None and (where < dp if bug == "dp-rank" else where < layers)
+    return llama_step.step_case(layers, dp, spec.tp, spec.tail_m,
+                                buggy_layer=where if kind and inside else None,
                                 bug=kind or "no-grad-reduce", shapes=spec.reduced)
 
 
@@ -156,11 +175,21 @@ def stages(spec: PlanSpec, bug: str | None = None, where: int | None = None) -> 
     ] + ([Stage("tail", f"the training step with all {spec.layers} layers: every layer's parameters reduced over dp, "
                         f"in the clipping norm and updated by AdamW (one opaque update per parameter class, each "
                         f"class proved once; each distinct layer one proved contract)",
-                f"dp{spec.tail_dp} tp{spec.tp} M{spec.microbatches} (not the plan's dp{spec.dp}), every rank, "
-                f"at reduced widths ({small})",
-                f"by execution on gloo at dp{spec.tail_dp} tp{spec.tp} M{spec.microbatches} ({small}): "
-                f"{spec.tail_dp * spec.tp} processes", lambda: tail_stage(spec, bug, where),
-                extra={"layers": spec.layers})] if spec.tail_dp else [])
+                f"dp{spec.tail_dp} tp{spec.tp} M{spec.tail_m} ({_not_plans(spec)}), every rank, "
+                f"all {spec.layers} layers, at reduced widths ({small})", _tail_confirmed(spec, small),
+                lambda: tail_stage(spec, bug, where), extra={"layers": spec.layers})] if spec.tail_dp else [])
+
+
+def _not_plans(spec: PlanSpec) -> str:
+    return "not the plan's " + " ".join([f"dp{spec.dp}"] + ([f"M{spec.microbatches}"] if spec.tail_m !=
+                                                             spec.microbatches else []))
+
+
+def _tail_confirmed(spec: PlanSpec, small: str) -> str:
+    few = spec.tail_confirm_layers if spec.tail_confirm_layers and spec.tail_confirm_layers < spec.layers else None
+    return (f"by execution on gloo at dp{spec.tail_dp} tp{spec.tp} M{spec.tail_m} ({small}): "
+            f"{spec.tail_dp * spec.tp} processes" + (f", the step with {few} of the {spec.layers} layers (the same "
+                                                      f"proof repeated for it first)" if few else ""))
 
 
 def not_covered(spec: PlanSpec) -> list[str]:
@@ -168,8 +197,13 @@ def not_covered(spec: PlanSpec) -> list[str]:
             f"this plan's model (the step's loss is a token-mean regression on the last layer's output)",
             (f"the step's tail at the real sizes: proved at reduced widths only "
              f"({spec.describe(spec.reduced, llama_step.SEQ)}); "
-             f"over all {spec.layers} layers at dp{spec.tail_dp} (stage tail), at the plan's dp{spec.dp} with "
-             f"{spec.step_layers} layer(s) (stage step): all {spec.layers} layers at dp{spec.dp} together are not proved"
+             f"over all {spec.layers} layers at dp{spec.tail_dp} M{spec.tail_m} (stage tail), at the plan's "
+             f"dp{spec.dp} M{spec.microbatches} with {spec.step_layers} layer(s) (stage step): all {spec.layers} "
+             f"layers at dp{spec.dp}" + (f" M{spec.microbatches}" if spec.tail_m != spec.microbatches else "") +
+             " together are not proved" + (f"; stage tail's proof over all {spec.layers} layers is confirmed by "
+                                           f"execution with {spec.tail_confirm_layers} layers only"
+                                           if spec.tail_confirm_layers and spec.tail_confirm_layers < spec.layers
+                                           else "")
              if spec.tail_dp else
              f"the step's tail at the real sizes and over all {spec.layers} layers: proved at reduced widths with "
              f"{spec.step_layers} layer(s); the per-parameter tail ops of the other layers are the same code "
