@@ -241,6 +241,11 @@ def reduction(terms: TermStore, op: str, attrs: tuple, val: Val, dims: Sequence[
     terms.reduction_ops.add(op)
     nd = len(val.vecs)
     dims = sorted({d % nd for d in dims}) if dims else list(range(nd))
+    if op == "sum" and not attrs:  # over a dim indexing the pieces of a concatenation: their sum
+        from .sum_pieces import sum_of_viewed_pieces
+        pieces = sum_of_viewed_pieces(terms, val, dims, keepdim)
+        if pieces is not None:
+            return pieces
     val, factor = _collapse_repeats(terms, op, val, dims) if combinable else (val, 1)
     if not combinable:
         val = materialize(terms, val, [d for d in dims if val.vecs[d] is not None])
