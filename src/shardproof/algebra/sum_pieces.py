@@ -26,8 +26,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .compute import SUM_HOOKS
 from .layout import Val, canon_vec, concat, piece_runs, reshape, shape_of, take, view_term
 from .lemmas import EXACT_DIV, _product, merged_groups
+from .ranks import combine
 from .terms import TermStore, rewrite
 
 MAX_SLICES = 64  # extent of the summed factor split into slices; larger sums stay plain reductions
@@ -36,7 +38,6 @@ MAX_SLICES = 64  # extent of the summed factor split into slices; larger sums st
 def sum_of_viewed_pieces(terms: TermStore, val: Val, dims: Sequence[int], keepdim: bool) -> Optional[Val]:
     """``sum(view(cat(pieces)), d)`` over a factor `d` of the view's split of the cat dim, as the
     normalized sum of the slices (module doc); None when that does not apply or combine."""
-    from .ranks import combine
     if len(dims) != 1 or val.vecs[dims[0]] is not None:
         return None
     d = dims[0]
@@ -77,6 +78,9 @@ def sum_of_viewed_pieces(terms: TermStore, val: Val, dims: Sequence[int], keepdi
     for j, v in kept:
         whole = take(terms, whole, j, v)
     return whole
+
+
+SUM_HOOKS.append(sum_of_viewed_pieces)
 
 
 def _runs(terms: TermStore, base: int, c: int, positions: np.ndarray) -> list[Val]:
@@ -184,7 +188,8 @@ def _sum_through_pieces(terms, attrs, children, shape):
     nd = len(inner.shape)
     if inner.op == "fill" and inner.attrs == (0, inner.shape) and not isinstance(inner.attrs[0], bool):
         return terms.make("fill", (0, tuple(shape)), (), shape)
-    if inner.op == "cat" and inner.attrs[0] not in dims:
+    # a plain cat only: a padding cat's sum is padding.py's (its normal form keeps the padding marked)
+    if inner.op == "cat" and len(inner.attrs) == 1 and inner.attrs[0] not in dims:
         c = inner.attrs[0]
         c_out = c if keepdim else c - sum(d < c for d in dims)
         parts = [terms.make("sum", attrs, (p,), _reduced(terms.shape(p), dims, keepdim)) for p in inner.children]

@@ -129,13 +129,6 @@ class Relater:
             from ..algebra.lemmas import linear
             parts = [self._whole_of(c) for c in term.children]
             whole = None if None in parts else linear(terms, dict(zip(parts, term.attrs)), term.shape)
-        elif term.op == "mul" and len(term.children) == 2 and not term.attrs:  # a share times a shared factor
-            for i, share in enumerate(term.children):
-                inner = self._whole_of(share)
-                if inner is not None:
-                    other = term.children[1 - i]
-                    return self._known(terms.make("mul", (), tuple(sorted((inner, other))), term.shape))
-            return None
         elif term.op in PIECEWISE and len(term.children) == PIECEWISE[term.op]:
             inner = self._whole_of(term.children[0])  # linear in its first operand, the others shared
             if inner is None:
@@ -144,10 +137,7 @@ class Relater:
                 terms.make(term.op, term.attrs, (inner,) + term.children[1:], term.shape)  # views collapse as built
         else:
             return None
-        return self._known(whole)
-
-    def _known(self, t: int) -> Optional[int]:
-        return t if t in self.by_term else None
+        return whole if whole in self.by_term else None
 
     def is_constant(self, t: int) -> bool:
         """Whether a term depends on no input (masks, ranges, fills built in the program)."""
