@@ -15,7 +15,8 @@ the whole sum. Where the slices do not combine (the sum would be an opaque ``sum
 plain reduction stands.
 
 Whole sums also take one normal form however a program nests them (term rewrites below): a sum
-of a sum is one sum; a sum moves under a concatenation along another dim, a selection of other
+of a sum is one sum; a sum moves under a concatenation along another dim (a plain one: a
+padding cat's sum is ``padding.py``'s, which keeps the padding marked), a selection of other
 dims and a zero fill; a factor constant along the summed dims moves out of it. Soundness:
 tests/harness/test_sum_pieces_vs_torch.py (torch-judged, with twins); gloo-labelled programs:
 tests/test_sum_pieces_cases.py.
