@@ -3,8 +3,10 @@ KV head repeated per group before the all_to_all (DeepSpeed-Ulysses), so each ra
 replica. Its two bug twins -- the heads tiled instead of repeated per group, and the replicas
 sent one rank off (a neighbour's replica) -- are violations at the attention of exactly the
 ranks whose query heads meet another group's KV head (tests/test_training.py checks node, op,
-class, ranks, source line and hint against their meta, in make test). The correct step is
-still unknown, never verified (ulysses_gqa_train_widened.KNOWN_GAP; tests/test_fourd.py).
+class, ranks, source line and hint against their meta, in make test). The correct step
+verifies at cp 2 (1 KV head, here) and cp 4 (tests/test_fourd.py): the replicas' partial
+gradients, each through RoPE's backward and the all_to_all, complete in the repeat's backward
+(algebra/sum_pieces.py; its torch-judged harness: tests/harness/test_sum_pieces_vs_torch.py).
 Labels: every program here run on a real gloo group (the correct one agrees with the whole
 model's step, the bugs do not)."""
 import importlib
@@ -16,10 +18,11 @@ from conftest import ZOO
 
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
 
-from gloo import training_gradients  # noqa: E402
+from gloo import tp_gradients_agree, training_gradients  # noqa: E402
 from shardproof.api import prepare, verify_prepared  # noqa: E402
 
-BUGS = os.path.join(ZOO, "train", "bugs")
+TRAIN = os.path.join(ZOO, "train")
+BUGS = os.path.join(TRAIN, "bugs")
 TWINS = ("ulysses_gqa_train_kv_tiled", "ulysses_gqa_train_kv_wrong_rank")
 
 
@@ -65,3 +68,18 @@ def test_bug_twins_wrong_on_gloo(name, monkeypatch):
     assert all(isinstance(r, dict) for r in ranks), ranks
     assert not all(torch.allclose(r[n].double(), g.detach().double(), rtol=1e-5, atol=1e-6)
                    for r in ranks for n, g in single.items())
+
+
+def test_correct_step_verified_at_cp2():
+    """One KV head at cp 2: each rank's replica meets 4 of the 8 query heads; every gradient
+    proved equal to the whole model's (replicated), loss included."""
+    report = verify_prepared(prepare(importlib.import_module("ulysses_gqa_train_widened").case(2), 2), fixes=False)
+    assert report.status == "verified", report.reason
+    holds = {o.name: o.holds for o in report.outputs}
+    assert holds["loss"] == holds["grad:layers.0.wk.weight"] == holds["grad:layers.1.wv.weight"] == "Replicate()"
+
+
+@pytest.mark.sweep
+def test_correct_step_cp2_agrees_on_gloo(monkeypatch):
+    monkeypatch.setenv("SHARDPROOF_GLOO_TIMEOUT_S", "300")
+    assert tp_gradients_agree(os.path.join(TRAIN, "ulysses_gqa_train_widened.py"), 2, tp=1, cp=2)

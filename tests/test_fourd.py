@@ -90,11 +90,16 @@ def test_ulysses_gqa_training_step_verified(world):
 
 
 @pytest.mark.sweep
-def test_ulysses_gqa_training_with_widened_kv_unknown_not_verified():
-    """Fewer KV heads than ranks (ulysses_gqa_train_widened.KNOWN_GAP): correct on gloo (below),
-    unknown naming RoPE's backward mul, never verified."""
+def test_ulysses_gqa_training_with_widened_kv_verified():
+    """Fewer KV heads than ranks (2 at cp 4, each repeated before the all_to_all): every
+    rank's KV gradient is a partial sum over its own query heads, carried through RoPE's
+    backward and the all_to_all before the repeat's backward adds the replicas -- verified
+    (algebra/sum_pieces.py), every gradient replicated as the whole model's. Correct on gloo
+    (below); the bug twins are violations (tests/test_cp_gqa_few_kv.py)."""
     report = _report("ulysses_gqa_train_widened", 4)
-    assert report.status == "unknown" and "op aten.mul" in report.reason, report.reason
+    assert report.status == "verified", report.reason
+    holds = {o.name: o.holds for o in report.outputs}
+    assert holds["grad:layers.0.wk.weight"] == holds["grad:layers.1.wv.weight"] == "Replicate()", holds
 
 
 # ---------------------------------------------------------------- labels: real gloo groups

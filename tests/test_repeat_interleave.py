@@ -51,8 +51,9 @@ def test_repeat_interleave_along_another_dim_is_not_verified():
 SINGLE = lambda x: x.repeat_interleave(2, dim=0)  # noqa: E731
 FORMS = {  # other spellings of the same rows: correct (torch computes the same) or not
     "expand_reshape": (lambda x: x[:, None].expand(4, 2, 3).reshape(8, 3), True),
-    "index_select": (lambda x: x.index_select(0, torch.arange(4).repeat_interleave(2)), None),  # correct: see below
+    "index_select": (lambda x: x.index_select(0, torch.arange(4).repeat_interleave(2)), True),  # an input-free table
     "tiled": (lambda x: x.repeat(2, 1), False),  # the same rows, in another order
+    "tiled_picks": (lambda x: x.index_select(0, torch.arange(4).repeat(2)), False),  # a table of the rows tiled
     "shifted_picks": (lambda x: x.index_select(0, (torch.arange(4).repeat_interleave(2) + 1) % 4), False),
 }
 
@@ -65,13 +66,11 @@ def _form_case(form) -> Case:
 
 def test_other_spellings_of_repeated_rows():
     """The in-place rule for identical repeated picks may not lie: a correct-but-odd spelling
-    (expand + reshape, an index_select of repeated rows) is proved; the same rows tiled or
-    shifted by one pick are not verified. Each label is torch's own answer on the values."""
+    (expand + reshape, an index_select by an input-free table of repeated rows, its values
+    computed exactly) is proved; the same rows tiled or shifted by one pick (through the same
+    kind of table) are violations. Each label is torch's own answer on the values."""
     x = torch.randn(4, 3)
     for form, (fn, correct) in FORMS.items():
-        assert torch.equal(fn(x), SINGLE(x)) == (correct is not False), form  # the label
+        assert torch.equal(fn(x), SINGLE(x)) == correct, form  # the label
         status = verify_case(_form_case(form)).status
-        if correct is None:  # a known gap: repeated picks through an index table stop (unknown), never a verdict
-            assert status == "unknown", (form, status)
-        else:
-            assert status == ("verified" if correct else "violation"), (form, status)
+        assert status == ("verified" if correct else "violation"), (form, status)

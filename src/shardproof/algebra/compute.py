@@ -234,6 +234,11 @@ def _over(v: np.ndarray | None, size: int):
     return s.tobytes()
 
 
+# plain sums of a value built another way first (term, value, dims, keepdim) -> Val or None;
+# registered by the modules that define them (algebra/sum_pieces.py: over a cat's pieces)
+SUM_HOOKS: list = []
+
+
 def reduction(terms: TermStore, op: str, attrs: tuple, val: Val, dims: Sequence[int], keepdim: bool,
               combinable: bool) -> Val:
     """Reduce over `dims`. Over a selected subset of a dim, a combinable reduction (sum,
@@ -241,6 +246,10 @@ def reduction(terms: TermStore, op: str, attrs: tuple, val: Val, dims: Sequence[
     terms.reduction_ops.add(op)
     nd = len(val.vecs)
     dims = sorted({d % nd for d in dims}) if dims else list(range(nd))
+    for hook in SUM_HOOKS if op == "sum" and not attrs else ():
+        pieces = hook(terms, val, dims, keepdim)
+        if pieces is not None:
+            return pieces
     val, factor = _collapse_repeats(terms, op, val, dims) if combinable else (val, 1)
     if not combinable:
         val = materialize(terms, val, [d for d in dims if val.vecs[d] is not None])

@@ -131,6 +131,13 @@ class Relater:
             from ..algebra.lemmas import linear
             parts = [self._whole_of(c) for c in term.children]
             whole = None if None in parts else linear(terms, dict(zip(parts, term.attrs)), term.shape)
+        elif term.op == "mul" and len(term.children) == 2 and not term.attrs:
+            # a rank's share of a reduction (a repeat's backward over its own heads) times a factor
+            # shared by the ranks (RoPE's backward), summed with the other shares later; a partial
+            # contraction is not carried so: its first product is where a missing reduction shows
+            shares = [(c, o) for c, o in (term.children, term.children[::-1]) if terms[c].op == "sum"]
+            inner = next(((w, o) for w, o in ((self._whole_of(c), o) for c, o in shares) if w is not None), None)
+            whole = None if inner is None else terms.make("mul", (), tuple(sorted(inner)), term.shape)
         elif term.op in PIECEWISE and len(term.children) == PIECEWISE[term.op]:
             inner = self._whole_of(term.children[0])  # linear in its first operand, the others shared
             if inner is None:

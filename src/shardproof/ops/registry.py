@@ -131,5 +131,5 @@ def load_builtin() -> None:
         from . import attention_merge  # noqa: F401
         from . import block_calls  # noqa: F401
         from . import tail_calls  # noqa: F401
-        from ..algebra import lemmas, lemmas_rows, masks, normal, padding, picks  # noqa: F401  (pattern lemmas register themselves)
+        from ..algebra import lemmas, lemmas_rows, masks, normal, padding, picks, sum_pieces  # noqa: F401  (pattern lemmas register themselves)
         from ..algebra import scaling  # noqa: F401  (scale classes, registered as terms are built)
