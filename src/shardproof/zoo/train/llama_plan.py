@@ -208,8 +208,8 @@ def not_covered(spec: PlanSpec) -> list[str]:
              f"the step's tail at the real sizes and over all {spec.layers} layers: proved at reduced widths with "
              f"{spec.step_layers} layer(s); the per-parameter tail ops of the other layers are the same code "
              f"(not proved per layer here)"),
-            f"the stack composed with the step's tail at the real sizes (the contracts of stage 1 are not chained "
-            f"into stage 2's step: stage 2 traces its layer(s) whole)"]
+            "the stack composed with the step's tail at the real sizes (the contracts of stage 1 are not chained "
+            "into stage 2's step: stage 2 traces its layer(s) whole)"]
 
 
 def verify_llama_plan(spec: PlanSpec = PlanSpec(), bug: str | None = None, where: int | None = None, on_stage=None):
