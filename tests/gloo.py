@@ -225,6 +225,20 @@ def training_gradients_of(paths: list, world_size: int, timeout: float = 300) ->
             for path, got in zip(paths, _spawn_each(_train_main, paths, world_size, timeout)) if got is not None}
 
 
+def gradients_agree(path: str, world_size: int, batch: list = (), cache: dict | None = None,
+                    timeout: float = 300) -> list:
+    """Per rank: whether its gradients (:func:`training_gradients`) equal the single-device ones
+    (False: they differ, or no result). `cache` (a dict the caller keeps) given: the first file
+    asked for at a world size runs the files of `batch` of that size in one spawn
+    (:func:`training_gradients_of`); a file not in it, or one that spawn left out, runs alone."""
+    if cache is not None and world_size not in cache:
+        cache[world_size] = training_gradients_of(list(batch), world_size)
+    got = (cache or {}).get(world_size, {}).get(path)
+    single, ranks = got or training_gradients(path, world_size, timeout)
+    return [isinstance(r, dict) and all(torch.allclose(torch.as_tensor(r[n]), single[n].detach(), atol=1e-5)
+                                        for n in single) for r in ranks]
+
+
 def _single_gradients(path: str, world_size: int) -> dict:
     case = load_case(path, world_size)
     single = case.single
@@ -324,30 +338,39 @@ def _variant_call(program, inputs):
     return out.detach().clone() if isinstance(out, torch.Tensor) else out
 
 
-def _variants_rank_main(rank, world, port, path, module, builder, variants, out_dir):
+def _variants_rank_main(rank, world, port, path, builder, modules: dict, out_dir):
     sys.path.insert(0, path)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        mod = importlib.import_module(module)
         outs = {}
-        for v in variants:
-            case = getattr(mod, builder)(world, v)
-            inputs = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
-            inputs = {k: t.clone() if isinstance(t, torch.Tensor) else t for k, t in inputs.items()}
-            outs[v] = _variant_call(case.distributed(rank, world), inputs)
+        for module, variants in modules.items():
+            mod = importlib.import_module(module)
+            for v in variants:
+                case = getattr(mod, builder)(world, v)
+                inputs = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
+                inputs = {k: t.clone() if isinstance(t, torch.Tensor) else t for k, t in inputs.items()}
+                outs.setdefault(module, {})[v] = _variant_call(case.distributed(rank, world), inputs)
         torch.save(outs, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
+def gloo_outputs_of(path: str, modules: dict, builder: str, world: int) -> dict:
+    """{module: :func:`gloo_outputs`} of each module of `modules` ({module: its variants}), all
+    run by one gloo group of `world` processes."""
+    with tempfile.TemporaryDirectory() as out_dir:
+        mp.start_processes(_variants_rank_main, args=(world, _free_port(), path, builder,
+                                                      {m: list(v) for m, v in modules.items()}, out_dir),
+                           nprocs=world, join=True, start_method="spawn")
+        ranks = [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world)]
+    return {m: [r.get(m, {}) for r in ranks] for m in modules}
+
+
 def gloo_outputs(path: str, module: str, builder: str, variants, world: int) -> list[dict]:
     """Each rank's outputs ``{variant: tensor}`` of ``module.builder(world, variant).distributed``
     run on a real gloo group of `world` processes (`path`: the folder holding `module`)."""
-    with tempfile.TemporaryDirectory() as out_dir:
-        mp.start_processes(_variants_rank_main, args=(world, _free_port(), path, module, builder, list(variants), out_dir),
-                           nprocs=world, join=True, start_method="spawn")
-        return [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world)]
+    return gloo_outputs_of(path, {module: variants}, builder, world)[module]
 
 
 def single_output(case):
