@@ -173,13 +173,9 @@ def _grads_agree(path, world, timeout=300):
     """Per rank: whether its gradients equal the single-device ones (False: differ, or no result).
     The first file asked for at a world size runs every one of that size that does not hang in
     one spawn (each in a fresh gloo group); the others (and any that spawn left out) run alone."""
-    from gloo import training_gradients, training_gradients_of
-    if world not in _GRADS:
-        _GRADS[world] = training_gradients_of([os.path.join(HERE, f"{n}.py") for n, w, _ in LABELLED
-                                               if w == world and not _hangs(n)], world)
-    single, ranks = _GRADS[world].get(path) or training_gradients(path, world, timeout)
-    return [isinstance(r, dict) and all(torch.allclose(torch.as_tensor(r[n]), single[n].detach(), atol=1e-5)
-                                        for n in single) for r in ranks]
+    from gloo import gradients_agree
+    batch = [os.path.join(HERE, f"{n}.py") for n, w, _ in LABELLED if w == world and not _hangs(n)]
+    return gradients_agree(path, world, batch, _GRADS, timeout)
 
 
 @pytest.mark.slow
