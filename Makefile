@@ -31,9 +31,10 @@ browser:
 	  echo "chromium could not be installed: the headless browser test will skip"
 
 # everything but the sweeps (each repeats a fast representative test over every zoo case); < 20 min on 2 cores
-# (one pytest worker per core, at most 4: PYTEST_WORKERS=0 runs in one process)
+# (one pytest worker per core, at most 4: PYTEST_WORKERS=0 runs in one process; worksteal: an idle worker
+# takes half of the other's queue, so no long test waits at the end of a busy worker's queue)
 PYTEST_WORKERS ?= auto
-XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --maxprocesses=4)
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --maxprocesses=4 --dist worksteal)
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q $(XDIST) --durations=15 -m 'not sweep'
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import multiprocessing
 import importlib
 import importlib.util
@@ -96,21 +97,42 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawn_ranks(target, path: str, world_size: int, timeout: float) -> dict:
+class _Tagged:
+    """A queue whose puts are tagged with the index of the program they answer for."""
+
+    def __init__(self, queue, index: int):
+        self.queue, self.index = queue, index
+
+    def put(self, item) -> None:
+        rank, value = item
+        self.queue.put(((self.index, rank), value))
+
+
+def _each_file(main, rank: int, world: int, ports: list, paths: list, queue) -> None:
+    """``main(rank, world, port, path, queue)`` of each case file, each in a fresh gloo group of
+    its own (its own port): one process start serves every file."""
+    for i, (port, path) in enumerate(zip(ports, paths)):
+        main(rank, world, port, path, _Tagged(queue, i))
+
+
+def _spawn_ranks(target, path, world_size: int, timeout: float) -> dict:
     """Run ``target(rank, world, port, path, queue)`` in one spawned process per rank;
-    {rank: its result} for the ranks that answered within `timeout` (a hang leaves some out)."""
+    {rank: its result} for the ranks that answered within `timeout` (a hang leaves some out).
+    `path` a list of case files: ``port`` is a list too (one fresh port per file) and the
+    results are keyed ``(index of the file, rank)``."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=target, args=(r, world_size, port, os.path.abspath(path), queue))
-             for r in range(world_size)]
+    many = isinstance(path, (list, tuple))
+    port = [_free_port() for _ in path] if many else _free_port()
+    path = [os.path.abspath(p) for p in path] if many else os.path.abspath(path)
+    procs = [ctx.Process(target=target, args=(r, world_size, port, path, queue)) for r in range(world_size)]
     for p in procs:
         p.start()
     results = {}
     try:
-        for _ in procs:
-            rank, value = queue.get(timeout=timeout)
-            results[rank] = _as_tensors(value)
+        for _ in range(world_size * (len(path) if many else 1)):
+            key, value = queue.get(timeout=timeout)
+            results[key] = _as_tensors(value)
     except queues.Empty:  # a rank hangs (collectives that never pair up)
         pass
     for p in procs:
@@ -121,11 +143,30 @@ def _spawn_ranks(target, path: str, world_size: int, timeout: float) -> dict:
     return results
 
 
-def run_case_file(path: str, world_size: int, timeout: float = 120) -> GlooRun:
-    results = _spawn_ranks(_rank_main, path, world_size, timeout)
+def _gloo_run(path: str, world_size: int, results: dict) -> GlooRun:
     case = load_case(path, world_size)
     ranks = [results.get(r, "no result (hang)") for r in range(world_size)]
     return GlooRun(_call(case.single, dict(case.inputs)), ranks, case.expect)
+
+
+def run_case_file(path: str, world_size: int, timeout: float = 120) -> GlooRun:
+    return _gloo_run(path, world_size, _spawn_ranks(_rank_main, path, world_size, timeout))
+
+
+def _spawn_each(main, paths: list, world_size: int, timeout: float) -> list:
+    """Per file of `paths`: {rank: ``main(rank, world, port, path, queue)``'s result}, all run by
+    one spawn of `world_size` processes, each file in a fresh gloo group of its own; None for a
+    file some rank did not answer for (a hang ends the spawn: that file and those after it)."""
+    results = _spawn_ranks(functools.partial(_each_file, main), list(paths), world_size, timeout)
+    return [{r: results[i, r] for r in range(world_size)} if all((i, r) in results for r in range(world_size))
+            else None for i in range(len(paths))]
+
+
+def run_case_files(paths: list, world_size: int, timeout: float = 120) -> dict:
+    """{path: :func:`run_case_file`'s run} of the files whose every rank answered, all run by one
+    spawn (:func:`_spawn_each`); the files left out are for the caller to run alone."""
+    return {path: _gloo_run(path, world_size, got)
+            for path, got in zip(paths, _spawn_each(_rank_main, paths, world_size, timeout)) if got is not None}
 
 
 def max_differences(run: GlooRun) -> dict:
@@ -174,13 +215,37 @@ def training_gradients(path: str, world_size: int, timeout: float = 300) -> tupl
     """A training case's gradients, no clipping nor optimizer: (single-device {param: grad},
     [each gloo rank's {param: grad}]); the loss is the case's ``train.loss``."""
     results = _spawn_ranks(_train_main, path, world_size, timeout)
+    return _single_gradients(path, world_size), [results.get(r, "no result (hang)") for r in range(world_size)]
+
+
+def training_gradients_of(paths: list, world_size: int, timeout: float = 300) -> dict:
+    """{path: :func:`training_gradients`} of the files whose every rank answered, all run by one
+    spawn (:func:`_spawn_each`); the files left out are for the caller to run alone."""
+    return {path: (_single_gradients(path, world_size), [got[r] for r in range(world_size)])
+            for path, got in zip(paths, _spawn_each(_train_main, paths, world_size, timeout)) if got is not None}
+
+
+def gradients_agree(path: str, world_size: int, batch: list = (), cache: dict | None = None,
+                    timeout: float = 300) -> list:
+    """Per rank: whether its gradients (:func:`training_gradients`) equal the single-device ones
+    (False: they differ, or no result). `cache` (a dict the caller keeps) given: the first file
+    asked for at a world size runs the files of `batch` of that size in one spawn
+    (:func:`training_gradients_of`); a file not in it, or one that spawn left out, runs alone."""
+    if cache is not None and world_size not in cache:
+        cache[world_size] = training_gradients_of(list(batch), world_size)
+    got = (cache or {}).get(world_size, {}).get(path)
+    single, ranks = got or training_gradients(path, world_size, timeout)
+    return [isinstance(r, dict) and all(torch.allclose(torch.as_tensor(r[n]), single[n].detach(), atol=1e-5)
+                                        for n in single) for r in ranks]
+
+
+def _single_gradients(path: str, world_size: int) -> dict:
     case = load_case(path, world_size)
     single = case.single
     forward_inputs = {k: v for k, v in case.inputs.items() if k == "x"}
     loss = case.train.loss(single(**forward_inputs), case.inputs)
     params = dict(single.named_parameters())
-    grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
-    return grads, [results.get(r, "no result (hang)") for r in range(world_size)]
+    return dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
 
 
 def _gloo_rank(rank: int, world: int, port: int, module: str, name: str, folder: str) -> None:
@@ -273,30 +338,39 @@ def _variant_call(program, inputs):
     return out.detach().clone() if isinstance(out, torch.Tensor) else out
 
 
-def _variants_rank_main(rank, world, port, path, module, builder, variants, out_dir):
+def _variants_rank_main(rank, world, port, path, builder, modules: dict, out_dir):
     sys.path.insert(0, path)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        mod = importlib.import_module(module)
         outs = {}
-        for v in variants:
-            case = getattr(mod, builder)(world, v)
-            inputs = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
-            inputs = {k: t.clone() if isinstance(t, torch.Tensor) else t for k, t in inputs.items()}
-            outs[v] = _variant_call(case.distributed(rank, world), inputs)
+        for module, variants in modules.items():
+            mod = importlib.import_module(module)
+            for v in variants:
+                case = getattr(mod, builder)(world, v)
+                inputs = case.dist_inputs(rank, world, case.inputs) if case.dist_inputs else case.inputs
+                inputs = {k: t.clone() if isinstance(t, torch.Tensor) else t for k, t in inputs.items()}
+                outs.setdefault(module, {})[v] = _variant_call(case.distributed(rank, world), inputs)
         torch.save(outs, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
+def gloo_outputs_of(path: str, modules: dict, builder: str, world: int) -> dict:
+    """{module: :func:`gloo_outputs`} of each module of `modules` ({module: its variants}), all
+    run by one gloo group of `world` processes."""
+    with tempfile.TemporaryDirectory() as out_dir:
+        mp.start_processes(_variants_rank_main, args=(world, _free_port(), path, builder,
+                                                      {m: list(v) for m, v in modules.items()}, out_dir),
+                           nprocs=world, join=True, start_method="spawn")
+        ranks = [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world)]
+    return {m: [r.get(m, {}) for r in ranks] for m in modules}
+
+
 def gloo_outputs(path: str, module: str, builder: str, variants, world: int) -> list[dict]:
     """Each rank's outputs ``{variant: tensor}`` of ``module.builder(world, variant).distributed``
     run on a real gloo group of `world` processes (`path`: the folder holding `module`)."""
-    with tempfile.TemporaryDirectory() as out_dir:
-        mp.start_processes(_variants_rank_main, args=(world, _free_port(), path, module, builder, list(variants), out_dir),
-                           nprocs=world, join=True, start_method="spawn")
-        return [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world)]
+    return gloo_outputs_of(path, {module: variants}, builder, world)[module]
 
 
 def single_output(case):
@@ -473,19 +547,29 @@ def _step_main(rank: int, world: int, port: int, path: str, queue) -> None:
     _in_gloo_group(rank, world, port, queue, 60, compute)
 
 
+def training_steps_agree(paths: list, world_size: int, tp: int, timeout: float = 300) -> list:
+    """:func:`training_step_agrees` of each case file in `paths`, the ranks' steps run by one
+    spawn of `world_size` processes (each step in a fresh gloo group of its own)."""
+    from shardproof.frontends.torch_train import reference_step, state_values
+    each = _spawn_each(_step_main, paths, world_size, timeout) if len(paths) > 1 else [None]
+    labels = []
+    for path, results in zip(paths, each):
+        if results is None:  # one file (or one a hang left out): run alone
+            results = _spawn_ranks(_step_main, path, world_size, timeout)
+        case = load_case(path, world_size)
+        params = {n: p.detach() for n, p in case.single.named_parameters()}
+        ref = reference_step(case.single, dict(case.inputs), state_values(params, case.train.optimizer), case.train)
+        single = {f"grad:{n}": g for n, g in ref["grads"].items()}
+        single.update({f"updated:{n}": u for n, u in ref["updated"].items()})
+        ranks = [results.get(r, "no result (hang)") for r in range(world_size)]
+        labels.append(all(isinstance(r, dict) and set(r) == set(single) for r in ranks) and all(
+            torch.allclose(got[n].double(), local_piece(v.detach(), got[n], rank % tp).double(), rtol=1e-5, atol=1e-6)
+            for rank, got in enumerate(ranks) for n, v in single.items()))
+    return labels
+
+
 def training_step_agrees(path: str, world_size: int, tp: int, timeout: float = 300) -> bool:
     """Whether every gloo rank's whole training step (clipping and optimizer included, the
     optimizer state as shardproof draws it) gives the single-device reference step's gradients
     and updated parameters, each tensor-parallel one compared with its tp rank's chunk."""
-    from shardproof.frontends.torch_train import reference_step, state_values
-    results = _spawn_ranks(_step_main, path, world_size, timeout)
-    case = load_case(path, world_size)
-    params = {n: p.detach() for n, p in case.single.named_parameters()}
-    ref = reference_step(case.single, dict(case.inputs), state_values(params, case.train.optimizer), case.train)
-    single = {f"grad:{n}": g for n, g in ref["grads"].items()}
-    single.update({f"updated:{n}": u for n, u in ref["updated"].items()})
-    ranks = [results.get(r, "no result (hang)") for r in range(world_size)]
-    if any(not isinstance(r, dict) or set(r) != set(single) for r in ranks):
-        return False
-    return all(torch.allclose(got[n].double(), local_piece(v.detach(), got[n], rank % tp).double(), rtol=1e-5,
-                              atol=1e-6) for rank, got in enumerate(ranks) for n, v in single.items())
+    return training_steps_agree([path], world_size, tp, timeout)[0]

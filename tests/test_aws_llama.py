@@ -4,6 +4,7 @@ its broken twin is a violation at the changed slice; at TP 6 (heads and ffn zero
 KV heads repeated) with ``examples/dumps/aws_llama_tp6.yaml``. Generated programs of the
 same op sequence (``tests/hlo_llama.py``) at other TP degrees, padded ones included, and
 layer counts are proved, agree numerically, and injected bugs are found at the right node."""
+import json
 import os
 import time
 
@@ -22,24 +23,40 @@ KV_TP6 = "Padded(Shard(2), 2, [[8, 36, 4]])"
 real = pytest.mark.skipif(not os.path.isdir(GRAPHS), reason=f"the real dumps are not here ({GRAPHS})")
 
 
+@pytest.fixture(scope="module")
+def real_cli(tmp_path_factory):
+    """The real pair and its broken twin, each verified once, through the CLI: {name: (exit
+    code, JSON report, seconds)} (the JSON is the report verify_dumps returns; no fix search,
+    which a module fixture runs before conftest turns off)."""
+    from conftest import validate_report_json
+    out, folder = {}, tmp_path_factory.mktemp("aws_llama")
+    for name, dist in (("pair", "tp2_layer1"), ("broken", "tp2_layer1.broken")):
+        path, t0 = folder / f"{name}.json", time.perf_counter()
+        code = main(["verify", "--seq", os.path.join(GRAPHS, "tp1_layer1"), "--dist", os.path.join(GRAPHS, dist),
+                     "--relations", RELATIONS, "--no-fix", "--json", str(path)])
+        report = json.loads(path.read_text())
+        validate_report_json(report)
+        out[name] = (code, report, time.perf_counter() - t0)
+    return out
+
+
 @real
-def test_real_pair_verified_logits_sharded_by_vocab():
-    t0 = time.perf_counter()
-    report = verify_dumps(os.path.join(GRAPHS, "tp1_layer1"), os.path.join(GRAPHS, "tp2_layer1"), RELATIONS)
-    seconds = time.perf_counter() - t0
-    assert report.status == "verified" and report.strength == "proof", report.reason
-    assert {o.name: o.holds for o in report.outputs} == {"out0": "Shard(0)", "out1": "Shard(2)", "out2": "Shard(2)"}
+def test_real_pair_verified_logits_sharded_by_vocab(real_cli):
+    code, report, seconds = real_cli["pair"]
+    assert report["status"] == "verified" and report["strength"] == "proof", report["reason"]
+    assert {o["name"]: o["holds"] for o in report["outputs"]} == {"out0": "Shard(0)", "out1": "Shard(2)",
+                                                                  "out2": "Shard(2)"}
     print(f"aws_llama tp1 vs tp2: import + verify {seconds:.2f} s")
 
 
 @real
-def test_real_broken_pair_is_a_violation_at_the_changed_slice():
-    report = verify_dumps(os.path.join(GRAPHS, "tp1_layer1"), os.path.join(GRAPHS, "tp2_layer1.broken"), RELATIONS)
-    assert report.status == "violation"
-    f = report.findings[0]
-    assert (f.node, f.op, f.rank, f.kind) == ("slice.54", "xla.slice", [0, 1], "wrong-shard-offset")
-    assert f.source.startswith("/opt/tiger/transformers-neuronx/src/transformers_neuronx/hlo.py:1935")
-    assert "[2048:2560)" in f.message
+def test_real_broken_pair_is_a_violation_at_the_changed_slice(real_cli):
+    code, report, _ = real_cli["broken"]
+    assert report["status"] == "violation"
+    f = report["findings"][0]
+    assert (f["node"], f["op"], f["rank"], f["kind"]) == ("slice.54", "xla.slice", [0, 1], "wrong-shard-offset")
+    assert f["source"].startswith("/opt/tiger/transformers-neuronx/src/transformers_neuronx/hlo.py:1935")
+    assert "[2048:2560)" in f["message"]
 
 
 @real
@@ -53,12 +70,8 @@ def test_real_pair_with_a_wrong_relation_is_not_verified(tmp_path):
 
 
 @real
-def test_real_pair_cli_exit_codes(capsys):
-    seq = os.path.join(GRAPHS, "tp1_layer1")
-    assert main(["verify", "--seq", seq, "--dist", os.path.join(GRAPHS, "tp2_layer1"), "--relations", RELATIONS]) == 0
-    assert main(["verify", "--seq", seq, "--dist", os.path.join(GRAPHS, "tp2_layer1.broken"),
-                 "--relations", RELATIONS]) == 1
-    capsys.readouterr()
+def test_real_pair_cli_exit_codes(real_cli):
+    assert real_cli["pair"][0] == 0 and real_cli["broken"][0] == 1
 
 
 @real

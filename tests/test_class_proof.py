@@ -106,16 +106,19 @@ def test_member_with_another_members_data_slice_found():
     assert (plain.findings[0].node, plain.findings[0].rank) == (report.findings[0].node, report.findings[0].rank)
 
 
+LABELLED = [("dp8_mlp_train", "all"), ("dp8_mlp_train_overlapping_slices", "none")]
+_GRADS: dict = {}  # world size -> {path: training_gradients}, both labelled files run by one spawn
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name,want", [("dp8_mlp_train", "all"), ("dp8_mlp_train_overlapping_slices", "none")])
+@pytest.mark.parametrize("name,want", LABELLED)
 def test_labels_on_gloo(name, want):
     """The correct step's gradients equal the single-device ones on every rank; with rank 4
     on chunk 3 they differ on every rank (after the dp all_reduce). (The rank-5 label is in
     tests/test_symmetry.py.)"""
-    from gloo import training_gradients
-    single, ranks = training_gradients(os.path.join(HERE, f"{name}.py"), 8)
-    agree = [isinstance(r, dict) and all(torch.allclose(torch.as_tensor(r[n]), single[n].detach(), atol=1e-5)
-                                         for n in single) for r in ranks]
+    from gloo import gradients_agree  # both files' ranks from one spawn (each in a fresh gloo group)
+    agree = gradients_agree(os.path.join(HERE, f"{name}.py"), 8, [os.path.join(HERE, f"{n}.py") for n, _ in LABELLED],
+                            _GRADS)
     assert agree == ([True] * 8 if want == "all" else [False] * 8), agree
 
 

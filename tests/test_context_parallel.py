@@ -22,7 +22,7 @@ from conftest import ROOT, ZOO
 
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
 
-from gloo import max_differences, run_case_file  # noqa: E402
+from gloo import max_differences, run_case_file, run_case_files  # noqa: E402
 from shardproof.api import prepare, verify_prepared  # noqa: E402
 
 CP = os.path.join(ZOO, "cp")
@@ -63,7 +63,14 @@ def report(name: str, world: int):
 
 
 def gloo_difference(name: str, world: int) -> float:
-    """max |rank output - single-device output| on a real gloo group (inf: a rank failed)."""
+    """max |rank output - single-device output| on a real gloo group (inf: a rank failed). The
+    first one asked for runs the correct programs of make test (FAST) at that world size in
+    one spawn (each in a fresh gloo group); the others run alone."""
+    if (name, world) in FAST and name in CORRECT and ("FAST", world) not in _LABELS:
+        _LABELS["FAST", world] = True
+        fast = [n for n, w in sorted(FAST) if w == world and n in CORRECT]
+        for path, run in run_case_files([_path(n) for n in fast], world).items():
+            _LABELS[os.path.splitext(os.path.basename(path))[0], world] = max(max_differences(run).values())
     if (name, world) not in _LABELS:
         _LABELS[name, world] = max(max_differences(run_case_file(_path(name), world)).values())
     return _LABELS[name, world]

@@ -91,19 +91,20 @@ def test_missing_f_backward_carries_the_forward_line():
 
 def _gloo_label(path: str, correct_source: str, tmp_path, world: int, training: bool) -> tuple[float, float]:
     """(max difference of the bug program, of its correct twin) against the single device, on gloo."""
-    from gloo import max_differences, run_case_file, training_gradients
+    from gloo import max_differences, run_case_file, run_case_files, training_gradients, training_gradients_of
     twin = tmp_path / "correct_twin.py"
     twin.write_text(correct_source)
     sys.path.insert(0, os.path.dirname(path))
-    worst = []
-    for p in (path, str(twin)):
+    worst, paths = [], [path, str(twin)]
+    both = (training_gradients_of if training else run_case_files)(paths, world)  # one spawn; alone if left out
+    for p in paths:
         if training:
-            single, ranks = training_gradients(p, world)
+            single, ranks = both.get(p) or training_gradients(p, world)
             assert not any(isinstance(g, str) for g in ranks), ranks
             worst.append(max(float((g[n].double() - single[n].double()).abs().max())
                              for g in ranks for n in ("proj.weight", "proj.bias")))
         else:
-            worst.append(max(max_differences(run_case_file(p, world)).values()))
+            worst.append(max(max_differences(both.get(p) or run_case_file(p, world)).values()))
     return worst[0], worst[1]
 
 

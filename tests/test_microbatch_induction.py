@@ -288,8 +288,8 @@ def test_batch_non_uniform_programs(name, bug):
 
 # ---------------------------------------------------------------- labels (real gloo runs)
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name,want", [
+_GRADS: dict = {}  # world size -> {path: training_gradients}, every labelled file run by one spawn
+LABELLED = [
     ("mb8_mlp_train", True), ("mb8_mlp_train_count_scaled", True), ("mb8_mlp_train_last_doubled", False),
     ("mb8_mlp_train_middle_doubled", False), ("mb8_mlp_train_last_not_accumulated", False),
     ("mb8_mlp_train_acc_doubled", False), ("mb8_mlp_train_first_slice", False),
@@ -298,12 +298,16 @@ def test_batch_non_uniform_programs(name, bug):
     ("mb8_mlp_train_single_cat_scaled", False), ("mb8_mlp_train_parallel_row_mask", False),
     ("mb8_mlp_train_both_row_mask", True), ("mb8_mlp_train_same_row_ids", True),
     ("mb8_mlp_train_parallel_cat_scaled", False), ("mb8_mlp_train_rank1_last_doubled", False),
-    ("mb8_mlp_train_rank1_slice_repeated", False)])
+    ("mb8_mlp_train_rank1_slice_repeated", False)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,want", LABELLED)
 def test_labels_on_gloo(name, want):
     """Correct programs' gradients equal the single-device ones on every rank; the buggy
-    ones' differ on every rank (after the dp all_reduce)."""
-    from gloo import training_gradients
-    single, ranks = training_gradients(os.path.join(HERE, f"{name}.py"), 2)
-    agree = [isinstance(r, dict) and all(torch.allclose(torch.as_tensor(r[n]), single[n].detach(), atol=1e-5)
-                                         for n in single) for r in ranks]
+    ones' differ on every rank (after the dp all_reduce). The first label asked for runs every
+    file's ranks in one spawn (each file in a fresh gloo group; one it left out runs alone)."""
+    from gloo import gradients_agree
+    agree = gradients_agree(os.path.join(HERE, f"{name}.py"), 2, [os.path.join(HERE, f"{n}.py") for n, _ in LABELLED],
+                            _GRADS)
     assert agree == [want, want], agree

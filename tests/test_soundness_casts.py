@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="live capture needs the torch extra")
 
-from gloo import gloo_outputs, variant_agrees  # noqa: E402
+from gloo import gloo_outputs_of, variant_agrees  # noqa: E402
 from shardproof.api import prepare, verify_prepared  # noqa: E402
 from shardproof.ops.registry import lookup  # noqa: E402
 
@@ -28,12 +28,13 @@ def _mod(name):
 
 @pytest.fixture(scope="module")
 def executed():
-    """(module, world) -> the ranks' outputs of every variant, from one gloo run each."""
+    """(module, world) -> the ranks' outputs of every variant, from one gloo run per world size."""
     cache = {}
 
     def get(module, world):
-        if (module, world) not in cache:
-            cache[module, world] = gloo_outputs(CASES, module, "build", list(_mod(module).VARIANTS), world)
+        if (module, world) not in cache:  # every module at that world size: one gloo run
+            for m, outs in gloo_outputs_of(CASES, {m: _mod(m).VARIANTS for m in MODULES}, "build", world).items():
+                cache[m, world] = outs
         return cache[module, world]
     return get
 
