@@ -18,6 +18,7 @@ from test_class_proof import HERE, _prepared  # noqa: E402  (it puts tests/cases
 
 import dp8_mlp_train_late_scale  # noqa: E402
 import dp8_mlp_train_rank5_late  # noqa: E402
+import dp8_mlp_train_strided_abs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +66,19 @@ def test_member_whose_graph_differs_in_one_late_node_is_not_derived_there(pair):
     assert 5 in [r["rank"] for r in param["ranks"]] and param["derived_by_rank"][5] > 0
 
 
+def test_member_whose_strided_view_reads_another_offset_is_not_shared():
+    """as_strided at an absolute storage offset: on rank 0 its own batch slice, on a member
+    (whose slice lies at another offset) rank 0's rows. The graphs are equal node by node and
+    the operand types equal (a TensorType's equality leaves out the layout), so the class
+    proof had shared rank 0's value with every member and proved the step; the operand's
+    layout now counts for the as_strided family, and the member's own rule refuses it."""
+    p = _prepared(dp8_mlp_train_strided_abs)
+    assert [c["ranks"] for c in p.dist.classes] == [list(range(8))] and p.dist.classes[0]["derived"]
+    report = verify_prepared(p, fixes=False, confirm_draws=NO_CONFIRM)
+    assert report.status == "unknown" and not report.reason.startswith("proved"), report.reason
+    assert "aten.as_strided" in report.reason and "rank 0" not in report.reason, report.reason
+
+
 def test_frozen_heap_restores_the_collector():
     import gc
     before = gc.get_freeze_count()
@@ -78,7 +92,8 @@ def test_frozen_heap_restores_the_collector():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,want", [("dp8_mlp_train_late_scale", [True] * 8),
-                                       ("dp8_mlp_train_rank5_late", [True] * 5 + [False] + [True] * 2)])
+                                       ("dp8_mlp_train_rank5_late", [True] * 5 + [False] + [True] * 2),
+                                       ("dp8_mlp_train_strided_abs", [False] * 8)])
 def test_labels_on_gloo(name, want):
     """Each rank's gradients after the dp all_reduce (and the late scale) against the single device's."""
     from gloo import training_gradients

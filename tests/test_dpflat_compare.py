@@ -31,6 +31,20 @@ def test_equal_nodes_of_two_ranks_compare_equal():
     assert _same_node(a, b) == (a.type == b.type)
 
 
+@pytest.mark.parametrize("layout", [{"strides": (1, 4)}, {"offset": 8}, {"strides": (1, 4), "offset": 8}])
+def test_an_operand_layout_counts_where_a_rule_reads_it(layout):
+    """TensorType's equality leaves out strides and offset. The as_strided family's rules read
+    its operand's (ops/strided.py): there a member whose operand lies otherwise in storage
+    (a dp rank's batch slice at another offset) is not shared; elsewhere no rule reads it."""
+    x2 = Node("x", "input", type=TensorType((4, 2), **{"strides": (2, 1), "offset": 0, **layout}))
+    for op, shared in (("aten.as_strided", False), ("aten.as_strided_scatter", False), ("aten.mul", True)):
+        a, b = _pair(op=op, args=lambda x, w: (x2, w, 2))
+        a.op = op
+        a.args = (Node("x", "input", type=TensorType((4, 2), strides=(2, 1), offset=0)),) + a.args[1:]
+        assert a.args[0].type == b.args[0].type
+        assert _same_node(a, b) is shared and _same_node(b, a) is shared, op
+
+
 @pytest.mark.parametrize("change", [
     {"op": "aten.add"},
     {"name": "z"},

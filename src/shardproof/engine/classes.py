@@ -75,9 +75,20 @@ def _same_node(a: Node, b: Node) -> bool:
         return False
 
 
+def _same_layout(x, y) -> bool:
+    """Equal strides and storage offset (a TensorType's equality leaves them out)."""
+    return getattr(x, "strides", None) == getattr(y, "strides", None) \
+        and getattr(x, "offset", None) == getattr(y, "offset", None)
+
+
 def _same_operand_types(a: Node, b: Node) -> bool:
+    """Equal operand types; for the ``as_strided`` family, whose rules read the operand's
+    storage layout (ops/strided.py; a dp rank's batch slice lies at another offset), equal
+    layouts too. No other rule reads a layout."""
     xs, ys = tuple(a.inputs), tuple(b.inputs)
-    return len(xs) == len(ys) and all(x.type == y.type for x, y in zip(xs, ys))
+    layout = "as_strided" in a.op
+    return len(xs) == len(ys) and all(x.type == y.type and (not layout or _same_layout(x.type, y.type))
+                                      for x, y in zip(xs, ys))
 
 
 class ClassProof:
