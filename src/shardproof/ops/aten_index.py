@@ -123,18 +123,21 @@ def _gather_rule(ctx: RuleCtx, x: Val, dim, idx: Val, *a, **k):
 
 declare(T + "gather", numerics=lambda x, dim, idx, *a: np.take_along_axis(as_float(x), np.asarray(idx, dtype=np.int64), dim),
         rule=_gather_rule, doc="torch.gather")
-def _index_select_rule(ctx: RuleCtx, x: Val, dim, idx):
+
+
+def _index_select_rule(ctx: RuleCtx, x: Val, dim, idx: Val):
     """index_select by an input-free index table (built from aranges): its values are computed
     exactly, and the op is the selection of those positions; any other index stays opaque."""
     from ..algebra.softmax_rows import const_value
+    d = dim % len(x.vecs)
     table = const_value(ctx.terms, idx.t) if isinstance(idx, Val) and len(idx.vecs) == 1 else None
-    n = shape_of(ctx.terms, x)[dim % len(x.vecs)] if table is not None else 0
     if table is not None:
         table = np.asarray(table)[layout.vec_array(idx.vecs[0], ctx.terms.shape(idx.t)[0])]
+    n = shape_of(ctx.terms, x)[d]
     if table is None or not np.all(np.isfinite(table)) or not np.array_equal(table, np.round(table)) \
             or (len(table) and (table.min() < 0 or table.max() >= n)):
         return _opaque("index_select")(ctx, x, dim, idx)
-    return layout.take(ctx.terms, x, dim % len(x.vecs), table.astype(np.int64))
+    return layout.take(ctx.terms, x, d, table.astype(np.int64))
 
 
 declare(T + "index_select", numerics=lambda x, dim, idx: np.take(x, np.asarray(idx, dtype=np.int64), axis=dim),
